@@ -1,0 +1,97 @@
+"""The one table of the 15 augmentation operations (SPEC section 1).
+
+Every other module reads op names, ranges, flags and kernels from :data:`OPS`; nothing else lists them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from torch import Tensor
+
+from . import _kernels as K
+
+__all__ = ["MAGNITUDE_OPS", "NUM_OPS", "OPS", "OP_NAMES", "OpSpec", "op_index"]
+
+
+class OpSpec(NamedTuple):
+    """One operation of the search space.
+
+    Attributes:
+        name: canonical name, e.g. ``"ShearX"``.
+        low: lower end of the magnitude range, or ``None`` for ops without a magnitude.
+        high: upper end of the magnitude range, or ``None``.
+        signed: whether the magnitude is negated with probability 0.5 when the op is sampled
+            (and, for :func:`~hba_augment.functional.apply_op`, whether ``[-high, -low]`` is valid too).
+        identity: the magnitude at which the op leaves every image unchanged, or ``None`` if no
+            magnitude in the range does that.
+        geometric: whether the op moves pixels (uses ``interpolation`` and ``fill``).
+        kernel: ``kernel(levels (B, C, H, W), magnitude (B,) or None, ctx) -> levels``, see ``_kernels``.
+        matrix: for geometric ops, ``matrix(magnitude (B,), height, width) -> (B, 2, 3)``, the forward
+            index-space affine map, so that callers can merge several geometric ops into one warp.
+    """
+
+    name: str
+    low: float | None
+    high: float | None
+    signed: bool
+    identity: float | None
+    geometric: bool
+    kernel: Callable[[Tensor, Tensor | None, K.KernelContext], Tensor]
+    matrix: Callable[[Tensor, int, int], Tensor] | None = None
+
+    @property
+    def has_magnitude(self) -> bool:
+        return self.low is not None
+
+
+def _geometric(name: str, high: float, matrix: Callable[[Tensor, int, int], Tensor]) -> OpSpec:
+    def kernel(images: Tensor, magnitude: Tensor, ctx: K.KernelContext) -> Tensor:
+        return K.affine(images, matrix(magnitude, images.shape[-2], images.shape[-1]), ctx)
+
+    return OpSpec(name, 0.0, high, True, 0.0, True, kernel, matrix)
+
+
+OPS: tuple[OpSpec, ...] = (
+    _geometric("ShearX", 0.3, K.shear_x_matrix),
+    _geometric("ShearY", 0.3, K.shear_y_matrix),
+    _geometric("TranslateX", 0.45, K.translate_x_matrix),
+    _geometric("TranslateY", 0.45, K.translate_y_matrix),
+    _geometric("Rotate", 30.0, K.rotate_matrix),
+    OpSpec("AutoContrast", None, None, False, None, False, K.auto_contrast),
+    OpSpec("Invert", None, None, False, None, False, K.invert),
+    OpSpec("Equalize", None, None, False, None, False, K.equalize),
+    # Solarize is the identity only at 256, just outside its range.
+    OpSpec("Solarize", 0.0, 255.0, False, None, False, K.solarize),
+    OpSpec("Posterize", 0.0, 8.0, False, 8.0, False, K.posterize),
+    OpSpec("Contrast", 0.1, 1.9, False, 1.0, False, K.contrast),
+    OpSpec("Color", 0.1, 1.9, False, 1.0, False, K.color),
+    OpSpec("Brightness", 0.1, 1.9, False, 1.0, False, K.brightness),
+    OpSpec("Sharpness", 0.1, 1.9, False, 1.0, False, K.sharpness),
+    OpSpec("Cutout", 0.0, 0.2, False, 0.0, False, K.cutout),
+)
+
+OP_NAMES: tuple[str, ...] = tuple(spec.name for spec in OPS)
+NUM_OPS: int = len(OPS)
+#: Indices (into :data:`OPS`) of the ops that take a magnitude, in canonical order.
+MAGNITUDE_OPS: tuple[int, ...] = tuple(i for i, spec in enumerate(OPS) if spec.has_magnitude)
+
+_INDEX = {name: i for i, name in enumerate(OP_NAMES)}
+
+
+def op_index(op: str | int) -> int:
+    """Return the canonical index of ``op`` (a name or an index).
+
+    Raises:
+        ValueError: if ``op`` is not one of the 15 op names or indices.
+    """
+    if isinstance(op, bool):  # bool is an int; True is never meant as an op index.
+        raise ValueError(f"Unknown op {op!r}; expected one of {list(OP_NAMES)}")
+    if isinstance(op, int):
+        if 0 <= op < NUM_OPS:
+            return op
+        raise ValueError(f"Unknown op index {op}; expected 0..{NUM_OPS - 1}")
+    if isinstance(op, str) and op in _INDEX:
+        return _INDEX[op]
+    raise ValueError(f"Unknown op {op!r}; expected one of {list(OP_NAMES)}")

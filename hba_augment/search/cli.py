@@ -1,0 +1,168 @@
+"""``hba-augment search``: run the hypernetwork search and write a schedule.
+
+Every option left unset takes the value of the preset (the paper's settings for the dataset, see
+:data:`hba_augment.search.loop.PRESETS`); ``--preset`` picks another one (e.g. ``--dataset imagefolder
+--preset cifar10`` for the CIFAR-10 JPEG copy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from collections.abc import Sequence
+
+__all__ = ["build_parser", "main"]
+
+
+def _classes(text: str) -> int | tuple[str, ...]:
+    text = text.strip()
+    if text.isdigit():
+        value = int(text)
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+        return value
+    names = tuple(c.strip() for c in text.split(",") if c.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected a count or comma-separated class names, got {text!r}")
+    return names
+
+
+def _milestones(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated epochs, e.g. 90,180,240, got {text!r}") from None
+    return values
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _nonneg_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
+    """The argument parser of ``hba-augment search``."""
+    # Choices are spelled out here (not imported) so that --help needs no torch import.
+    datasets = ("cifar10", "cifar100", "svhn", "imagefolder")
+    strategies = ("first-bn", "first-conv", "bn", "conv", "conv+bn", "all")
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Learn an HBA augmentation schedule with the hypernetwork search (Chen & Chang 2021, "
+        "Algorithm 2). Unset options take the preset's value (the paper's settings for the dataset).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    g = p.add_argument_group("data")
+    g.add_argument("--dataset", choices=datasets, default="cifar10", help="dataset format")
+    g.add_argument("--data-dir", required=True, help="dataset root (CIFAR: holds cifar-10-batches-py/; "
+                   "imagefolder: a tree or a .tar/.tar.gz archive)")
+    g.add_argument("--train-size", type=_positive_int, help="training images (class-balanced)")
+    g.add_argument("--val-size", type=_positive_int, help="validation images (class-balanced, disjoint)")
+    g.add_argument("--image-size", type=_positive_int, help="resize images to SIZE x SIZE")
+    g.add_argument("--classes", type=_classes, help="use the first N classes, or comma-separated class names")
+    g.add_argument("--download", action="store_true", help="download CIFAR/SVHN into --data-dir if missing")
+    g = p.add_argument_group("search")
+    g.add_argument("--preset", choices=("cifar10", "svhn", "imagenet"),
+                   help="settings preset (default: cifar10 for CIFAR, svhn for SVHN, imagenet for imagefolder)")
+    g.add_argument("--model", default="wrn-40-2", help="model, e.g. wrn-40-2, wrn-28-10, wrn-10-1")
+    g.add_argument("--strategy", choices=strategies, default="first-bn", help="layers that get hyper-layers")
+    g.add_argument("--epochs", type=_positive_int, help="search epochs (= schedule entries)")
+    g.add_argument("--batch-size", type=_positive_int, default=128, help="batch size")
+    g.add_argument("--lr", type=_nonneg_float, help="SGD learning rate of the network")
+    g.add_argument("--lr-schedule", choices=("cosine", "step", "constant"), help="SGD learning-rate schedule")
+    g.add_argument("--lr-milestones", type=_milestones, help="epochs of the x0.1 drops of --lr-schedule step")
+    g.add_argument("--wd", type=_nonneg_float, help="weight decay")
+    g.add_argument("--hparam-lr", type=_nonneg_float, help="Adam learning rate of the augmentation hyperparameters")
+    g.add_argument("--sigma", type=_nonneg_float, default=1.0, help="std of the per-image perturbation")
+    g.add_argument("--t-train", type=_positive_int, default=2, help="SGD steps per outer iteration")
+    g.add_argument("--t-val", type=_nonneg_int, default=1, help="hyperparameter steps per outer iteration")
+    g.add_argument("--cutout", type=_nonneg_int, help="Cutout size after the policy (0: none)")
+    g.add_argument("--crop-padding", type=_nonneg_int, help="padding of the random crop (0: no crop)")
+    g.add_argument("--no-flip", dest="flip", action="store_false", default=None, help="no random horizontal flip")
+    g.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the split, the model and all random draws")
+    g.add_argument("--device", default="auto", help="torch device; auto = cuda if available, else cpu")
+    g.add_argument("--threads", type=_positive_int, help="torch CPU threads (default: torch's choice)")
+    g = p.add_argument_group("output")
+    g.add_argument("--out", required=True, help="output folder: schedule.json, metrics.jsonl, schedule.png, "
+                   "checkpoint.pt")
+    g.add_argument("--name", help="schedule name (default: the preset's name)")
+    g.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt if it exists")
+    g.add_argument("--no-plot", dest="plot", action="store_false", help="do not write schedule.png")
+    g.add_argument("--no-progress", dest="progress", action="store_false", default=None,
+                   help="no progress bar (it is shown only on a terminal anyway)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "hba-augment search") -> int:
+    """Entry point; returns the process exit status (0 ok, 1 diverged, 2 bad input, 130 interrupted)."""
+    parser = build_parser(prog)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from hba_augment.search.loop import SearchConfig, SearchDivergedError, run_search
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        config = SearchConfig.from_preset(
+            args.preset, dataset=args.dataset, data_dir=args.data_dir, model=args.model, strategy=args.strategy,
+            epochs=args.epochs, train_size=args.train_size, val_size=args.val_size, batch_size=args.batch_size,
+            lr=args.lr, lr_schedule=args.lr_schedule, lr_milestones=args.lr_milestones, wd=args.wd,
+            hparam_lr=args.hparam_lr, sigma=args.sigma, t_train=args.t_train, t_val=args.t_val, seed=args.seed,
+            device=device, image_size=args.image_size, classes=args.classes, download=args.download or None,
+            flip=args.flip, crop_padding=args.crop_padding, cutout=args.cutout, name=args.name,
+        )
+        if args.name is None:
+            config.name = config.preset
+        # Model names are checked before any data is read.
+        from hba_augment.search.models import create_model
+
+        create_model(config.model, 2)
+        command = shlex.join([*prog.split(), *argv])
+        result = run_search(config, args.out, resume=args.resume, command=command, progress=args.progress,
+                            plot=args.plot)
+    except SearchDivergedError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 1
+    except (ValueError, FileNotFoundError) as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; continue with the same command and --resume", file=sys.stderr)
+        return 130
+    print(result.files["schedule"])
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,804 @@
+"""The HBA search loop (paper Algorithm 2, SPEC section 6).
+
+One *outer iteration*:
+
+1. ``t_train`` SGD steps (momentum 0.9, Nesterov, weight decay) on every network parameter (``phi``). In
+   each, image ``i`` of a training batch gets its own ``lambda_i = lambda + eps_i``, ``eps_i ~ N(0, sigma^2)``:
+   it is augmented with the policy ``hparams_to_policy(lambda_i)`` through
+   :func:`hba_augment.functional.augment` and the hyper-layers see ``lambda_i`` as well. ``lambda`` gets no
+   gradient here (augmentation is not differentiable and the step updates ``phi`` only).
+2. ``t_val`` Adam steps on ``lambda`` on an un-augmented validation batch, every hyper-layer fed the shared
+   ``lambda``; only ``d loss / d lambda`` is computed (no weight gradients).
+
+Training images are processed in this order, on the training device, on whole batches (no per-image
+Python loop): the HBA policy on uint8 images, then standardisation with the training split's per-channel
+mean/std, random horizontal flip, random crop of the image zero-padded by ``crop_padding`` pixels, and
+Cutout (a ``cutout x cutout`` zero patch centred on a uniform pixel, clipped at the borders). This is
+the paper's order ("policy, baseline, Cutout in sequence", baseline = standardisation, flip, crop) and
+PBA's code: padding and Cutout are zeros *after* standardisation, i.e. the mean colour.
+
+Batch norm in the validation step runs in training mode (batch statistics, as in the training steps and
+as STN does), so ``lambda``'s gradient sees the same normalisation the population is trained with, but
+the running statistics are left untouched: they keep describing (augmented) training batches only.
+
+An *epoch* is one pass over the training split: a fresh random permutation cut into
+``steps_per_epoch = ceil(N_train / batch_size)`` batches (the last one may be smaller), processed by
+``ceil(steps_per_epoch / t_train)`` outer iterations (the last may have fewer training steps). Validation
+batches (``min(batch_size, N_val)`` images) come from a separate stream of permutations of the validation
+split that runs on across epochs. The learning rate is set per training step (cosine from ``lr`` to 0
+over all steps, or a step decay at epoch milestones); ``lambda``'s learning rate is constant (paper).
+At the end of every epoch the policy ``hparams_to_policy(lambda)`` is recorded as one schedule entry,
+metrics are appended, and a checkpoint is written atomically, so that ``resume=True`` continues an
+interrupted search bit for bit (every random draw comes from explicit generators saved in it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import platform
+import shlex
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from hba_augment import functional
+from hba_augment._version import __version__
+from hba_augment.functional._table import MAGNITUDE_OPS, OPS
+from hba_augment.schedule import Schedule
+from hba_augment.search.hparams import NUM_HPARAMS, NUM_PROB_HPARAMS, hparams_to_policy, init_hparams
+from hba_augment.search.hyperize import STRATEGIES, HyperModel, hyperize
+from hba_augment.search.models import create_model
+
+__all__ = [
+    "CHECKPOINT_FILE",
+    "METRICS_FILE",
+    "PLOT_FILE",
+    "PRESETS",
+    "SCHEDULE_FILE",
+    "SearchConfig",
+    "SearchDivergedError",
+    "SearchResult",
+    "baseline_augment",
+    "lr_at",
+    "run_search",
+]
+
+SCHEDULE_FILE = "schedule.json"
+METRICS_FILE = "metrics.jsonl"
+PLOT_FILE = "schedule.png"
+CHECKPOINT_FILE = "checkpoint.pt"
+_CHECKPOINT_FORMAT = "hba-search-checkpoint"
+_CHECKPOINT_VERSION = 1
+
+#: The paper's search settings (appendix table "Hyperparameters for policy search") plus the baseline
+#: augmentation of each protocol. ``cifar10`` is also used for CIFAR-100.
+PRESETS: dict[str, dict[str, Any]] = {
+    "cifar10": {
+        "epochs": 200, "train_size": 4000, "val_size": 10000, "lr": 0.05, "lr_schedule": "cosine",
+        "lr_milestones": (), "wd": 0.005, "hparam_lr": 0.03, "flip": True, "crop_padding": 4, "cutout": 16,
+    },
+    # Paper: the SVHN baseline is standardisation only, Cutout 20x20.
+    "svhn": {
+        "epochs": 160, "train_size": 4000, "val_size": 10000, "lr": 0.01, "lr_schedule": "cosine",
+        "lr_milestones": (), "wd": 0.01, "hparam_lr": 0.02, "flip": False, "crop_padding": 0, "cutout": 20,
+    },
+    # Reduced ImageNet: 120 classes at 32x32. The paper's full-size ImageNet baseline (random resized crop,
+    # colour/PCA jitter) does not fit 32x32 images; we use CIFAR's flip + pad-4 crop and no Cutout.
+    "imagenet": {
+        "epochs": 270, "train_size": 6000, "val_size": 10000, "lr": 0.1, "lr_schedule": "step",
+        "lr_milestones": (90, 180, 240), "wd": 0.001, "hparam_lr": 0.007, "flip": True, "crop_padding": 4,
+        "cutout": 0, "image_size": 32, "classes": 120,
+    },
+}
+#: Preset used for each dataset when none is named.
+DEFAULT_PRESET = {"cifar10": "cifar10", "cifar100": "cifar10", "svhn": "svhn", "imagefolder": "imagenet"}
+LR_SCHEDULES = ("cosine", "step", "constant")
+
+# Fields that may differ between the run that wrote a checkpoint and the run that resumes it.
+_RESUME_FREE = frozenset({"data_dir", "name", "device"})
+
+
+class SearchDivergedError(RuntimeError):
+    """A loss or ``lambda`` became NaN or infinite; the search stops and writes no schedule."""
+
+
+@dataclass
+class SearchConfig:
+    """Everything that defines a search. ``SearchConfig.from_preset`` fills in the paper's defaults.
+
+    Attributes:
+        dataset: one of ``hba_augment.search.data.DATASETS``.
+        data_dir: where the dataset lives (see :func:`hba_augment.search.data.load_dataset`).
+        model: a name for :func:`hba_augment.search.models.create_model`, e.g. ``"wrn-40-2"``.
+        strategy: weight-sharing strategy (:data:`hba_augment.search.hyperize.STRATEGIES`, not ``"none"``).
+        epochs: search epochs = schedule entries.
+        train_size, val_size: sizes of the disjoint, class-balanced training and validation subsets drawn
+            (with ``seed``) from the dataset's training split.
+        batch_size: training and validation batch size.
+        lr, lr_schedule, lr_milestones, lr_gamma, momentum, nesterov, wd: the SGD on ``phi``.
+        hparam_lr: Adam learning rate of ``lambda`` (constant).
+        sigma: standard deviation of the per-image perturbation ``eps_i``.
+        t_train, t_val: training / validation steps per outer iteration.
+        seed: seeds the split, the model initialisation and every random stream.
+        device: e.g. ``"cpu"``, ``"cuda"``, ``"cuda:1"``.
+        image_size, classes, download: passed to ``load_dataset``.
+        flip, crop_padding, cutout: the baseline augmentation after the policy (``0`` disables).
+        count_probs: distribution of the number of ops per image (SPEC section 2).
+        name: the schedule's name.
+        preset: the preset these defaults came from (recorded in the provenance).
+    """
+
+    dataset: str = "cifar10"
+    data_dir: str = "."
+    model: str = "wrn-40-2"
+    strategy: str = "first-bn"
+    epochs: int = 200
+    train_size: int = 4000
+    val_size: int = 10000
+    batch_size: int = 128
+    lr: float = 0.05
+    lr_schedule: str = "cosine"
+    lr_milestones: tuple[int, ...] = ()
+    lr_gamma: float = 0.1
+    momentum: float = 0.9
+    nesterov: bool = True
+    wd: float = 0.005
+    hparam_lr: float = 0.03
+    sigma: float = 1.0
+    t_train: int = 2
+    t_val: int = 1
+    seed: int = 0
+    device: str = "cpu"
+    image_size: int | None = None
+    classes: int | tuple[str, ...] | None = None
+    download: bool = False
+    flip: bool = True
+    crop_padding: int = 4
+    cutout: int = 16
+    count_probs: tuple[float, ...] = (0.2, 0.3, 0.5)
+    name: str = "custom"
+    preset: str = "cifar10"
+
+    @classmethod
+    def from_preset(cls, preset: str | None = None, **overrides: Any) -> SearchConfig:
+        """The paper's settings for ``preset`` (default: the dataset's, see ``DEFAULT_PRESET``), then overrides.
+
+        ``None`` values in ``overrides`` are ignored (handy for unset command-line options).
+        """
+        overrides = {k: v for k, v in overrides.items() if v is not None}
+        dataset = overrides.get("dataset", cls.dataset)
+        if preset is None:
+            preset = DEFAULT_PRESET.get(dataset, "cifar10")
+        if preset not in PRESETS:
+            raise ValueError(f"Unknown preset {preset!r}; expected one of {list(PRESETS)}")
+        values = {**PRESETS[preset], **overrides, "preset": preset}
+        unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"Unknown SearchConfig field(s) {sorted(unknown)}")
+        config = cls(**values)
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first bad field."""
+        def positive_int(name: str, minimum: int = 1) -> None:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+                raise ValueError(f"{name} must be an integer >= {minimum}, got {v!r}")
+
+        def nonneg_float(name: str, positive: bool = False) -> None:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (
+                    positive and v == 0):
+                raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got {v!r}")
+
+        from hba_augment.search.data import DATASETS
+
+        if self.dataset not in DATASETS:
+            raise ValueError(f"Unknown dataset {self.dataset!r}; expected one of {list(DATASETS)}")
+        if self.strategy not in STRATEGIES or self.strategy == "none":
+            raise ValueError(f"Unknown strategy {self.strategy!r}; expected one of "
+                             f"{[s for s in STRATEGIES if s != 'none']}")
+        for name in ("epochs", "train_size", "batch_size", "t_train"):
+            positive_int(name)
+        positive_int("val_size")
+        for name in ("t_val", "crop_padding", "cutout", "seed"):
+            positive_int(name, 0)
+        for name in ("lr", "hparam_lr"):
+            nonneg_float(name, positive=True)
+        for name in ("wd", "sigma", "momentum", "lr_gamma"):
+            nonneg_float(name)
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"Unknown lr_schedule {self.lr_schedule!r}; expected one of {list(LR_SCHEDULES)}")
+        milestones = tuple(self.lr_milestones)
+        if any(isinstance(m, bool) or not isinstance(m, int) or m < 0 for m in milestones) or list(
+                milestones) != sorted(milestones):
+            raise ValueError(f"lr_milestones must be increasing epochs >= 0, got {self.lr_milestones!r}")
+        if self.nesterov and self.momentum == 0:
+            raise ValueError("nesterov=True needs momentum > 0")
+        if self.image_size is not None and (isinstance(self.image_size, bool) or not isinstance(
+                self.image_size, int) or self.image_size < 1):
+            raise ValueError(f"image_size must be a positive int or None, got {self.image_size!r}")
+        functional.check_count_probs(self.count_probs)
+        try:
+            torch.device(self.device)
+        except (RuntimeError, TypeError):
+            raise ValueError(f"Unknown device {self.device!r} (e.g. 'cpu', 'cuda', 'cuda:0')") from None
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"name must be a non-empty string, got {self.name!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-compatible values (tuples become lists)."""
+        d = dataclasses.asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+@dataclass
+class SearchResult:
+    """What :func:`run_search` returns."""
+
+    schedule: Schedule
+    metrics: list[dict[str, Any]]
+    out_dir: Path
+    files: dict[str, Path] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------- helpers
+def lr_at(config: SearchConfig, step: int, steps_per_epoch: int) -> float:
+    """SGD learning rate at (0-based, global) training step ``step``."""
+    if config.lr_schedule == "cosine":
+        total = config.epochs * steps_per_epoch
+        return config.lr * 0.5 * (1.0 + math.cos(math.pi * step / total))
+    if config.lr_schedule == "step":
+        epoch = step / steps_per_epoch
+        drops = sum(1 for m in config.lr_milestones if epoch >= m)
+        return config.lr * config.lr_gamma**drops
+    return config.lr
+
+
+def baseline_augment(
+    images: Tensor,
+    *,
+    flip: bool = True,
+    crop_padding: int = 4,
+    cutout: int = 16,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Random horizontal flip, zero-padded random crop and Cutout, per image, as batched tensor ops.
+
+    PBA's ``random_flip(zero_pad_and_crop(x, 4))`` then ``cutout_numpy(x, 16)``: the crop window is a
+    uniform offset in ``[0, 2 * crop_padding]`` of the padded image (same size as the input); Cutout
+    zeroes rows ``[max(0, cy - s//2), min(H, cy + s//2))`` and likewise columns, with ``(cy, cx)`` uniform
+    over the pixels. Flip and crop are one gather.
+
+    Args:
+        images: float ``(B, C, H, W)`` (standardised, so zero is the mean colour).
+        flip: flip each image horizontally with probability 0.5.
+        crop_padding: padding of the random crop (0: no crop).
+        cutout: side of the Cutout square (0: no Cutout).
+        generator: random stream on the images' device.
+
+    Returns:
+        A new ``(B, C, H, W)`` tensor.
+    """
+    b, c, h, w = images.shape
+    dev = images.device
+    p = crop_padding
+    out = images
+    if flip or p:
+        flips = torch.rand(b, generator=generator, device=dev) < 0.5 if flip else torch.zeros(b, dtype=torch.bool, device=dev)
+        offsets = torch.randint(0, 2 * p + 1, (b, 2), generator=generator, device=dev)
+        padded = F.pad(images, (p, p, p, p)) if p else images
+        rows = torch.arange(h, device=dev) + offsets[:, :1]  # (B, H) into the padded image
+        cols = torch.arange(w, device=dev) + offsets[:, 1:]
+        # Flipping the padded image and cropping equals cropping at the mirrored column positions.
+        cols = torch.where(flips[:, None], (w + 2 * p - 1) - cols, cols)
+        out = padded.gather(2, rows[:, None, :, None].expand(b, c, h, w + 2 * p))
+        out = out.gather(3, cols[:, None, None, :].expand(b, c, h, w))
+    if cutout:
+        centre = torch.stack([torch.randint(0, h, (b,), generator=generator, device=dev),
+                              torch.randint(0, w, (b,), generator=generator, device=dev)], dim=1)
+        half = cutout // 2
+        ar_h, ar_w = torch.arange(h, device=dev), torch.arange(w, device=dev)
+        in_rows = (ar_h >= centre[:, :1] - half) & (ar_h < centre[:, :1] + half)
+        in_cols = (ar_w >= centre[:, 1:] - half) & (ar_w < centre[:, 1:] + half)
+        out = out.masked_fill((in_rows[:, :, None] & in_cols[:, None, :])[:, None], 0.0)
+    return out
+
+
+@contextlib.contextmanager
+def _frozen_bn_statistics(model: nn.Module) -> Iterator[None]:
+    """Batch norm in training mode uses batch statistics but leaves running statistics (and counts) alone."""
+    bns = [m for m in model.modules() if hasattr(m, "track_running_stats") and hasattr(m, "running_mean")]
+    saved = [m.track_running_stats for m in bns]
+    for m in bns:
+        m.track_running_stats = False
+    try:
+        yield
+    finally:
+        for m, s in zip(bns, saved, strict=True):
+            m.track_running_stats = s
+
+
+def describe_device(device: torch.device) -> str:
+    """A human-readable description of the hardware, for provenance."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return f"{torch.cuda.get_device_name(index)} (CUDA {torch.version.cuda}), torch {torch.__version__}"
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return (f"{device.type.upper()}: {cpu}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, "
+            f"torch {torch.__version__}")
+
+
+def _fingerprint(*tensors: Tensor) -> str:
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def _atomic_write_bytes(path: Path, write: Callable[[Any], None]) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _write_metrics(path: Path, metrics: Sequence[dict[str, Any]]) -> None:
+    text = "".join(json.dumps(m, sort_keys=False) + "\n" for m in metrics)
+    _atomic_write_bytes(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def _load_data(config: SearchConfig) -> tuple[Any, Any, str]:
+    from hba_augment.search.data import load_dataset, reduced_split
+
+    full = load_dataset(config.dataset, config.data_dir, split="train", image_size=config.image_size,
+                        classes=list(config.classes) if isinstance(config.classes, tuple) else config.classes,
+                        download=config.download)
+    train, val = reduced_split(full, config.train_size, config.val_size, seed=config.seed)
+    if len(train.labels) < config.train_size or len(val.labels) < config.val_size:
+        raise ValueError(f"{config.dataset} at {config.data_dir} has {len(full.labels)} training images; "
+                         f"train_size {config.train_size} + val_size {config.val_size} do not fit")
+    source = f"{config.dataset} train split at {Path(config.data_dir).expanduser().resolve()}"
+    return train, val, source
+
+
+class _ValStream:
+    """Batches of validation indices from successive random permutations (a pass's short tail is dropped)."""
+
+    def __init__(self, n: int, batch: int, generator: torch.Generator) -> None:
+        self.n, self.batch, self.generator = n, batch, generator
+        self.perm = torch.randperm(n, generator=generator)
+        self.pos = 0
+
+    def next(self) -> Tensor:
+        if self.pos + self.batch > self.n:
+            self.perm = torch.randperm(self.n, generator=self.generator)
+            self.pos = 0
+        idx = self.perm[self.pos : self.pos + self.batch]
+        self.pos += self.batch
+        return idx
+
+
+# --------------------------------------------------------------------------------------------- search
+class _Search:
+    """State and steps of one search (kept in one object so that checkpointing is one place)."""
+
+    def __init__(self, config: SearchConfig, train: Any, val: Any, log: Callable[[str], None]) -> None:
+        self.config = config
+        self.log = log
+        self.device = torch.device(config.device)
+        dev = self.device
+        self.num_classes = len(train.classes)
+        self.train_x = train.images.to(dev)
+        self.train_y = train.labels.to(dev)
+        self.val_x = val.images.to(dev)
+        self.val_y = val.labels.to(dev)
+        if self.train_x.dtype != torch.uint8 or self.val_x.dtype != torch.uint8:
+            raise ValueError("training and validation images must be uint8 tensors (N, C, H, W)")
+        self.n_train, self.n_val = len(self.train_y), len(self.val_y)
+        if self.n_train < 2 or self.n_val < 2:
+            raise ValueError(f"need at least 2 training and 2 validation images, got {self.n_train} and {self.n_val}")
+        self.fingerprint = _fingerprint(train.images, train.labels, val.images, val.labels)
+        # Standardisation statistics of the (reduced) training split.
+        x64 = train.images.double() / 255.0
+        self.mean = x64.mean(dim=(0, 2, 3)).float()
+        self.std = x64.std(dim=(0, 2, 3)).clamp_min(1e-3).float()
+        self._scale = (1.0 / (255.0 * self.std)).to(dev)[None, :, None, None]
+        self._shift = (-self.mean / self.std).to(dev)[None, :, None, None]
+
+        b = config.batch_size
+        self.steps_per_epoch = math.ceil(self.n_train / b)
+        self.outer_per_epoch = math.ceil(self.steps_per_epoch / config.t_train)
+        self.val_batch = min(b, self.n_val)
+
+        # Model initialisation from the seed without disturbing the caller's global RNG.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            model = create_model(config.model, self.num_classes)
+            self.hm: HyperModel = hyperize(model, NUM_HPARAMS, config.strategy, inplace=True)
+        self.hm.to(dev).train()
+        self.hparams = init_hparams(device=dev).requires_grad_(True)
+        self.opt = torch.optim.SGD(self.hm.parameters(), lr=config.lr, momentum=config.momentum,
+                                   nesterov=config.nesterov, weight_decay=config.wd)
+        self.hopt = torch.optim.Adam([self.hparams], lr=config.hparam_lr)
+
+        seed = config.seed
+        self.g_data = torch.Generator().manual_seed(seed * 4 + 1)  # data order: CPU, device independent
+        self.g_noise = torch.Generator(device=dev).manual_seed(seed * 4 + 2)
+        self.g_aug = torch.Generator(device=dev).manual_seed(seed * 4 + 3)
+        self.val_stream = _ValStream(self.n_val, self.val_batch, self.g_data)
+
+        self.epoch = 0  # completed epochs
+        self.step = 0  # completed training steps
+        self.prob_history: list[Tensor] = []
+        self.mag_history: list[Tensor] = []
+        self.metrics: list[dict[str, Any]] = []
+        self.wall_seconds = 0.0
+        self.sessions = 1
+
+    # -- data -------------------------------------------------------------------------------------
+    def normalise(self, x: Tensor) -> Tensor:
+        return torch.addcmul(self._shift, x.float(), self._scale)
+
+    # -- steps ------------------------------------------------------------------------------------
+    def train_step(self, idx: Tensor, acc: dict[str, Tensor]) -> None:
+        cfg = self.config
+        idx = idx.to(self.device, non_blocking=True)
+        x, y = self.train_x[idx], self.train_y[idx]
+        n = x.shape[0]
+        eps = torch.randn(n, NUM_HPARAMS, generator=self.g_noise, device=self.device)
+        lam = self.hparams.detach() + cfg.sigma * eps
+        prob, mag = hparams_to_policy(lam)
+        x = functional.augment(x, prob, mag, cfg.count_probs, generator=self.g_aug)
+        x = baseline_augment(self.normalise(x), flip=cfg.flip, crop_padding=cfg.crop_padding, cutout=cfg.cutout,
+                             generator=self.g_aug)
+        lr = lr_at(cfg, self.step, self.steps_per_epoch)
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        logits = self.hm(x, lam)
+        loss = F.cross_entropy(logits, y)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        self.step += 1
+        with torch.no_grad():
+            acc["train_loss"] += loss.detach() * n
+            acc["train_correct"] += (logits.argmax(1) == y).sum()
+            acc["train_n"] += n
+
+    def val_step(self, acc: dict[str, Tensor]) -> None:
+        idx = self.val_stream.next().to(self.device, non_blocking=True)
+        x, y = self.normalise(self.val_x[idx]), self.val_y[idx]
+        with _frozen_bn_statistics(self.hm):
+            logits = self.hm(x, self.hparams)
+        loss = F.cross_entropy(logits, y)
+        # Only d loss / d lambda: autograd skips every weight gradient.
+        (grad,) = torch.autograd.grad(loss, [self.hparams])
+        self.hparams.grad = grad
+        self.hopt.step()
+        self.hparams.grad = None
+        with torch.no_grad():
+            acc["val_loss"] += loss.detach() * len(y)
+            acc["val_correct"] += (logits.argmax(1) == y).sum()
+            acc["val_n"] += len(y)
+
+    def run_epoch(self) -> dict[str, Any]:
+        cfg = self.config
+        start = time.perf_counter()
+        zeros = {k: torch.zeros((), device=self.device, dtype=torch.float64)
+                 for k in ("train_loss", "train_correct", "train_n", "val_loss", "val_correct", "val_n")}
+        perm = torch.randperm(self.n_train, generator=self.g_data)
+        batches = list(perm.split(cfg.batch_size))
+        try:
+            for o in range(self.outer_per_epoch):
+                for idx in batches[o * cfg.t_train : (o + 1) * cfg.t_train]:
+                    self.train_step(idx, zeros)
+                for _ in range(cfg.t_val):
+                    self.val_step(zeros)
+                if self.on_iteration is not None:
+                    self.on_iteration()
+        except ValueError as e:
+            # A NaN lambda makes the policy invalid, and augment() rejects it.
+            if not bool(torch.isfinite(self.hparams).all()):
+                raise self._diverged("lambda") from e
+            raise
+        m = {k: float(v) for k, v in zeros.items()}
+        train_loss = m["train_loss"] / m["train_n"]
+        val_loss = m["val_loss"] / m["val_n"] if m["val_n"] else math.nan
+        if not math.isfinite(train_loss):
+            raise self._diverged("training loss", train_loss)
+        if cfg.t_val and not math.isfinite(val_loss):
+            raise self._diverged("validation loss", val_loss)
+        if not bool(torch.isfinite(self.hparams).all()):
+            raise self._diverged("lambda")
+        with torch.no_grad():
+            prob, mag = hparams_to_policy(self.hparams.detach().double().cpu())
+        self.prob_history.append(prob)
+        self.mag_history.append(mag)
+        self.epoch += 1
+        seconds = time.perf_counter() - start
+        lo = torch.tensor([OPS[k].low for k in MAGNITUDE_OPS], dtype=torch.float64)
+        hi = torch.tensor([OPS[k].high for k in MAGNITUDE_OPS], dtype=torch.float64)
+        frac = (mag[:, list(MAGNITUDE_OPS)] - lo) / (hi - lo)
+        lam = self.hparams.detach().double().cpu()
+        return {
+            "epoch": self.epoch - 1,
+            "train_loss": train_loss,
+            "train_acc": m["train_correct"] / m["train_n"],
+            "val_loss": val_loss,
+            "val_acc": m["val_correct"] / m["val_n"] if m["val_n"] else math.nan,
+            "lr": lr_at(cfg, self.step - 1, self.steps_per_epoch),
+            "hparam_lr": cfg.hparam_lr,
+            "mean_prob": float(prob.mean()),
+            "max_prob": float(prob.max()),
+            "mean_mag_fraction": float(frac.mean()),
+            "lambda_mean_prob_logit": float(lam[:NUM_PROB_HPARAMS].mean()),
+            "lambda_mean_mag_logit": float(lam[NUM_PROB_HPARAMS:].mean()),
+            "train_steps": self.step,
+            "epoch_seconds": seconds,
+            "train_images_per_second": m["train_n"] / seconds,
+            "wall_seconds": self.wall_seconds + seconds,
+        }
+
+    on_iteration: Callable[[], None] | None = None
+
+    def _diverged(self, what: str, value: float | None = None) -> SearchDivergedError:
+        shown = "" if value is None else f" ({value})"
+        lr = lr_at(self.config, max(self.step - 1, 0), self.steps_per_epoch)
+        return SearchDivergedError(
+            f"search diverged: non-finite {what}{shown} in epoch {self.epoch} (SGD lr {lr:.4g}, "
+            f"hparam lr {self.config.hparam_lr:g}); no schedule was written. Try a smaller --lr or "
+            f"--hparam-lr. The last good checkpoint holds {self.epoch} epoch(s)."
+        )
+
+    # -- schedule ---------------------------------------------------------------------------------
+    def schedule(self, command: str | None) -> Schedule:
+        cfg = self.config
+        provenance = {
+            "dataset": cfg.dataset,
+            "data_source": self.data_source,
+            "train_images": self.n_train,
+            "val_images": self.n_val,
+            "classes": self.num_classes,
+            "image_size": list(self.train_x.shape[-2:]),
+            "model": cfg.model,
+            "strategy": cfg.strategy,
+            "search_epochs": self.epoch,
+            "seed": cfg.seed,
+            "wall_seconds": round(self.wall_seconds, 1),
+            "device": describe_device(self.device),
+            "package_version": __version__,
+            "command": command,
+            "preset": cfg.preset,
+            "batch_size": cfg.batch_size,
+            "lr": cfg.lr,
+            "lr_schedule": cfg.lr_schedule,
+            "lr_milestones": list(cfg.lr_milestones),
+            "momentum": cfg.momentum,
+            "nesterov": cfg.nesterov,
+            "wd": cfg.wd,
+            "hparam_lr": cfg.hparam_lr,
+            "sigma": cfg.sigma,
+            "t_train": cfg.t_train,
+            "t_val": cfg.t_val,
+            "baseline": {"flip": cfg.flip, "crop_padding": cfg.crop_padding, "cutout": cfg.cutout},
+            "sessions": self.sessions,
+            "final_val_loss": self.metrics[-1]["val_loss"] if self.metrics else None,
+            "final_val_acc": self.metrics[-1]["val_acc"] if self.metrics else None,
+        }
+        provenance = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in provenance.items()}
+        return Schedule(torch.stack(self.prob_history), torch.stack(self.mag_history), name=cfg.name,
+                        count_probs=cfg.count_probs, provenance=provenance)
+
+    # -- checkpoint -------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        rng = {"data": self.g_data.get_state(), "noise": self.g_noise.get_state(), "augment": self.g_aug.get_state(),
+               "torch_cpu": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            rng["torch_cuda"] = torch.cuda.get_rng_state_all()
+        return {
+            "format": _CHECKPOINT_FORMAT,
+            "version": _CHECKPOINT_VERSION,
+            "config": self.config.to_dict(),
+            "data_fingerprint": self.fingerprint,
+            "epoch": self.epoch,
+            "step": self.step,
+            "model": self.hm.state_dict(),
+            "optimizer": self.opt.state_dict(),
+            "hparam_optimizer": self.hopt.state_dict(),
+            "hparams": self.hparams.detach().cpu().clone(),
+            "rng": rng,
+            "val_stream": {"perm": self.val_stream.perm.clone(), "pos": self.val_stream.pos},
+            "prob_history": [t.clone() for t in self.prob_history],
+            "mag_history": [t.clone() for t in self.mag_history],
+            "metrics": json.loads(json.dumps(self.metrics)),
+            "wall_seconds": self.wall_seconds,
+            "sessions": self.sessions,
+        }
+
+    def load_state_dict(self, state: dict[str, Any], path: Path) -> None:
+        if state.get("format") != _CHECKPOINT_FORMAT or state.get("version") != _CHECKPOINT_VERSION:
+            raise ValueError(f"{path} is not a version-{_CHECKPOINT_VERSION} HBA search checkpoint")
+        saved, current = state["config"], self.config.to_dict()
+        diff = [k for k in current if k not in _RESUME_FREE and saved.get(k) != current[k]]
+        if torch.device(saved.get("device", "cpu")).type != self.device.type:
+            diff.append("device (type)")
+        if diff:
+            details = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {current.get(k)!r}" for k in diff)
+            raise ValueError(f"cannot resume from {path}: the search settings differ ({details})")
+        if state["data_fingerprint"] != self.fingerprint:
+            raise ValueError(f"cannot resume from {path}: the training/validation images differ from the "
+                             "checkpoint's (different data files?)")
+        self.hm.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.hopt.load_state_dict(state["hparam_optimizer"])
+        with torch.no_grad():
+            self.hparams.copy_(state["hparams"].to(self.device))
+        # Adam's state must refer to the live hparams tensor (load_state_dict maps it by position).
+        rng = state["rng"]
+        self.g_data.set_state(rng["data"])
+        self.g_noise.set_state(rng["noise"])
+        self.g_aug.set_state(rng["augment"])
+        torch.set_rng_state(rng["torch_cpu"])
+        if self.device.type == "cuda" and "torch_cuda" in rng:
+            torch.cuda.set_rng_state_all(rng["torch_cuda"])
+        self.val_stream.perm = state["val_stream"]["perm"]
+        self.val_stream.pos = int(state["val_stream"]["pos"])
+        self.epoch, self.step = int(state["epoch"]), int(state["step"])
+        self.prob_history = list(state["prob_history"])
+        self.mag_history = list(state["mag_history"])
+        self.metrics = list(state["metrics"])
+        self.wall_seconds = float(state["wall_seconds"])
+        self.sessions = int(state["sessions"]) + 1
+
+    def save_checkpoint(self, path: Path) -> None:
+        state = self.state_dict()
+        _atomic_write_bytes(path, lambda f: torch.save(state, f))
+
+    data_source: str = ""
+
+
+def run_search(
+    config: SearchConfig,
+    out_dir: str | os.PathLike[str],
+    *,
+    resume: bool = False,
+    data: tuple[Any, Any] | None = None,
+    command: str | None = None,
+    progress: bool | None = None,
+    log: Callable[[str], None] | None = None,
+    on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
+    plot: bool = True,
+) -> SearchResult:
+    """Run (or resume) a search and write its files into ``out_dir``.
+
+    Files: ``schedule.json`` (the :class:`~hba_augment.schedule.Schedule`, written once at the end),
+    ``metrics.jsonl`` (one JSON object per epoch), ``schedule.png`` (plot, at the end) and
+    ``checkpoint.pt`` (after every epoch, atomically).
+
+    Args:
+        config: the search settings (validated here).
+        out_dir: output folder (created if missing).
+        resume: continue from ``out_dir/checkpoint.pt`` if it exists (else start afresh). Without it, a
+            folder that already holds a checkpoint or a schedule is refused.
+        data: ``(train, val)`` :class:`~hba_augment.search.data.ImageData` to use instead of loading
+            ``config.dataset`` (the provenance then names the data as given by the caller).
+        command: the command line recorded in the provenance (``None``: ``sys.argv``).
+        progress: show a tqdm bar (``None``: only when stderr is a terminal).
+        log: receives one line per epoch and status messages (default: print to stderr).
+        on_epoch_end: called with each epoch's metrics after its checkpoint is written.
+        plot: write ``schedule.png`` at the end.
+
+    Returns:
+        :class:`SearchResult`.
+
+    Raises:
+        ValueError: bad settings, data that does not fit, or an incompatible checkpoint.
+        SearchDivergedError: a NaN/inf loss or ``lambda``; no schedule is written.
+    """
+    config.validate()
+    session_start = time.perf_counter()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"schedule": out / SCHEDULE_FILE, "metrics": out / METRICS_FILE, "plot": out / PLOT_FILE,
+             "checkpoint": out / CHECKPOINT_FILE}
+    if log is None:
+        def log(msg: str) -> None:
+            print(msg, file=sys.stderr, flush=True)
+    if not resume:
+        existing = [p.name for key, p in files.items() if key in ("schedule", "checkpoint") and p.exists()]
+        if existing:
+            raise ValueError(f"{out} already holds {', '.join(existing)}; pass resume=True (--resume) to continue "
+                             "that search, or choose another output folder")
+    if command is None:
+        command = shlex.join(sys.argv)
+    if config.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {config.device!r} requested but CUDA is not available")
+
+    if data is None:
+        train, val, source = _load_data(config)
+    else:
+        train, val = data
+        source = "in-memory data passed to run_search"
+    search = _Search(config, train, val, log)
+    search.data_source = source
+    ckpt = files["checkpoint"]
+    if resume and ckpt.exists():
+        state = torch.load(ckpt, map_location="cpu", weights_only=True)
+        search.load_state_dict(state, ckpt)
+        log(f"resuming {ckpt} after epoch {search.epoch} of {config.epochs}")
+    elif resume:
+        log(f"no checkpoint in {out}; starting a new search")
+    search.wall_seconds += time.perf_counter() - session_start
+    log(f"search: {config.model} ({config.strategy}) on {search.n_train} train / {search.n_val} val images, "
+        f"{config.epochs} epochs x {search.outer_per_epoch} iterations, device {describe_device(search.device)}")
+
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=config.epochs * search.outer_per_epoch, initial=search.epoch * search.outer_per_epoch,
+               desc="search", unit="it", dynamic_ncols=True, disable=None if progress is None else not progress,
+               file=sys.stderr)
+    search.on_iteration = lambda: bar.update(1)
+    try:
+        while search.epoch < config.epochs:
+            metrics = search.run_epoch()
+            search.wall_seconds += metrics["epoch_seconds"]
+            metrics["wall_seconds"] = search.wall_seconds
+            search.metrics.append(metrics)
+            search.save_checkpoint(ckpt)
+            _write_metrics(files["metrics"], search.metrics)
+            remaining = (config.epochs - search.epoch) * metrics["epoch_seconds"]
+            bar.set_postfix(loss=f"{metrics['train_loss']:.3f}", val=f"{metrics['val_loss']:.3f}")
+            line = (f"epoch {metrics['epoch'] + 1}/{config.epochs}: train loss {metrics['train_loss']:.4f} "
+                    f"acc {metrics['train_acc']:.3f} | val loss {metrics['val_loss']:.4f} acc {metrics['val_acc']:.3f} "
+                    f"| lr {metrics['lr']:.4g} | mean p {metrics['mean_prob']:.3f} | "
+                    f"{metrics['epoch_seconds']:.1f} s/epoch, ETA {remaining / 60:.1f} min")
+            if bar.disable:
+                log(line)
+            else:
+                bar.write(line, file=sys.stderr)
+            if on_epoch_end is not None:
+                on_epoch_end(metrics)
+    finally:
+        bar.close()
+
+    schedule = search.schedule(command)
+    schedule.save(files["schedule"])
+    _write_metrics(files["metrics"], search.metrics)
+    if plot:
+        from hba_augment.search.plot import plot_schedule
+
+        plot_schedule(schedule, files["plot"])
+    else:
+        files.pop("plot")
+    log(f"wrote {files['schedule']} ({schedule.epochs} entries, {search.wall_seconds:.0f} s)")
+    return SearchResult(schedule=schedule, metrics=list(search.metrics), out_dir=out, files=files)
