@@ -28,8 +28,8 @@ class OpSpec(NamedTuple):
             magnitude in the range does that.
         geometric: whether the op moves pixels (uses ``interpolation`` and ``fill``).
         kernel: ``kernel(levels (B, C, H, W), magnitude (B,) or None, ctx) -> levels``, see ``_kernels``.
-        matrix: for geometric ops, ``matrix(magnitude (B,), height, width) -> (B, 2, 3)``, the forward
-            index-space affine map, so that callers can merge several geometric ops into one warp.
+        matrix: for geometric ops, ``matrix(magnitude (B,), height, width) -> (B, 2, 3)``, PIL's AFFINE
+            data per image, so that callers can merge several geometric ops into one warp.
     """
 
     name: str
