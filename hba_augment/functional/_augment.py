@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -31,11 +31,18 @@ _SORT_KEY = [len(_ORDER)] + [_ORDER.index(i) for i in range(NUM_OPS)]
 
 @functools.lru_cache(maxsize=8)
 def _constants(device: torch.device) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Per-device tables: signed flag per op, sort key per op (+1), magnitude bounds per slot."""
     signed = torch.tensor([spec.signed for spec in OPS], device=device)
     sort_key = torch.tensor(_SORT_KEY, device=device)
-    low = torch.tensor([spec.low if spec.has_magnitude else -math.inf for spec in OPS], device=device)
-    high = torch.tensor([spec.high if spec.has_magnitude else math.inf for spec in OPS], device=device)
-    return signed, sort_key, low, high
+    low = [spec.low if spec.has_magnitude else -math.inf for spec in OPS] * NUM_COPIES
+    high = [spec.high if spec.has_magnitude else math.inf for spec in OPS] * NUM_COPIES
+    return signed, sort_key, torch.tensor(low, device=device), torch.tensor(high, device=device)
+
+
+@functools.lru_cache(maxsize=8)
+def _count_edges(count_probs: tuple[float, ...], device: torch.device) -> Tensor:
+    """Cumulative probabilities but the last: K is the number of them that a uniform draw reaches."""
+    return torch.tensor(count_probs, dtype=torch.float64).cumsum(0)[:-1].float().to(device)
 
 
 def check_count_probs(count_probs: Sequence[float]) -> tuple[float, ...]:
@@ -50,10 +57,11 @@ def check_count_probs(count_probs: Sequence[float]) -> tuple[float, ...]:
 
 
 def _policy_tensor(value: Tensor, name: str, batch: int, device: torch.device) -> Tensor:
+    """``(2, 15)`` or ``(B, 2, 15)`` -> ``(1, 30)`` or ``(B, 30)`` float32 on ``device``."""
     tensor = torch.as_tensor(value, dtype=torch.float32, device=device)
     shape = (NUM_COPIES, NUM_OPS)
     if tensor.shape == shape:
-        return tensor.reshape(1, -1).expand(batch, -1)
+        return tensor.reshape(1, -1)
     if tensor.shape == (batch, *shape):
         return tensor.reshape(batch, -1)
     raise ValueError(
@@ -62,24 +70,22 @@ def _policy_tensor(value: Tensor, name: str, batch: int, device: torch.device) -
 
 
 def _check_policy(prob: Tensor, mag: Tensor, device: torch.device) -> None:
-    # One host synchronisation for all checks; the message is built only on failure.
+    """Raise ``ValueError`` for a probability outside [0, 1] or a magnitude outside its op's range.
+
+    One host synchronisation for all checks (NaN fails every comparison, so it is caught too); the
+    message is only built on failure.
+    """
     _, _, low, high = _constants(device)
-    low, high = low.repeat(NUM_COPIES), high.repeat(NUM_COPIES)
     bad_prob = ~((prob >= 0) & (prob <= 1))
-    has_mag = torch.isfinite(high)
-    bad_mag = has_mag & ~((mag >= low) & (mag <= high))
-    if not bool((bad_prob.any() | bad_mag.any()).item()):
+    bad_mag = ~((mag >= low) & (mag <= high)) & torch.isfinite(high)
+    if not bool(torch.cat([bad_prob.flatten(), bad_mag.flatten()]).any()):
         return
-    if bool(bad_prob.any()):
-        image, slot = (int(i) for i in bad_prob.nonzero()[0])
-        raise ValueError(
-            f"prob of {OPS[slot % NUM_OPS].name} (copy {slot // NUM_OPS}) must lie in [0, 1], got {prob[image, slot].item()!r}"
-        )
-    image, slot = (int(i) for i in bad_mag.nonzero()[0])
+    name, bad, values = ("prob", bad_prob, prob) if bool(bad_prob.any()) else ("mag", bad_mag, mag)
+    image, slot = (int(i) for i in bad.nonzero()[0])
     spec = OPS[slot % NUM_OPS]
+    allowed = "[0, 1]" if name == "prob" else f"[{spec.low:g}, {spec.high:g}]"
     raise ValueError(
-        f"mag of {spec.name} (copy {slot // NUM_OPS}) must lie in [{spec.low:g}, {spec.high:g}], "
-        f"got {mag[image, slot].item()!r}"
+        f"{name} of {spec.name} (copy {slot // NUM_OPS}) must lie in {allowed}, got {values[image, slot].item()!r}"
     )
 
 
@@ -119,7 +125,7 @@ def augment(
             ``count_probs``, ``fill`` or ``interpolation``.
     """
     batch, unbatched = check_images(images)
-    b, c, _h, _w = batch.shape
+    b, c, _, _ = batch.shape
     device = batch.device
     probs = check_count_probs(count_probs)
     prob = _policy_tensor(prob, "prob", b, device)
@@ -133,46 +139,56 @@ def augment(
         mode=interpolation_mode(interpolation),
         generator=generator,
     )
-    if b == 0:
-        out = from_levels(levels, images.dtype)
-        return out.squeeze(0) if unbatched else out
-
     steps = len(probs) - 1
-    slots = NUM_COPIES * NUM_OPS
-    u = torch.rand(b, 1 + 2 * slots + steps, generator=generator, device=device)
-    # K by inverse CDF: the number of cumulative probabilities (but the last) that u reaches.
-    edges = torch.tensor(probs, device=device).cumsum(0)[:-1]
-    count = (u[:, :1] >= edges).sum(dim=1)
-    order = u[:, 1 : 1 + slots].argsort(dim=1)
-    coins = u[:, 1 + slots : 1 + 2 * slots] < prob
-    fired = coins.gather(1, order)  # in visiting order
-    rank = fired.cumsum(dim=1)
-
-    signed, sort_key, _, _ = _constants(device)
-    for step in range(steps):
-        hit = fired & (rank == step + 1) & (count > step)[:, None]
-        position = hit.to(torch.uint8).argmax(dim=1)
-        slot = order.gather(1, position[:, None]).squeeze(1)
-        op = torch.where(hit.any(dim=1), slot % NUM_OPS, -1)
-        magnitude = mag.gather(1, slot[:, None]).squeeze(1)
-        negate = signed[op.clamp(min=0)] & (u[:, 1 + 2 * slots + step] < 0.5)
-        magnitude = torch.where(negate, -magnitude, magnitude)
-        levels = _apply_step(levels, op, magnitude, sort_key, ctx)
-
+    if b > 0 and steps > 0:
+        levels = _augment_levels(levels, prob, mag, _count_edges(probs, device), steps, ctx)
     out = from_levels(levels, images.dtype)
     return out.squeeze(0) if unbatched else out
 
 
-def _apply_step(
-    levels: Tensor, op: Tensor, magnitude: Tensor, sort_key: Tensor, ctx: KernelContext
+def _augment_levels(
+    levels: Tensor, prob: Tensor, mag: Tensor, edges: Tensor, steps: int, ctx: KernelContext
 ) -> Tensor:
-    """Apply ``op[i]`` (``-1``: none) with ``magnitude[i]`` to image ``i``; each op runs once on its images."""
-    key = sort_key[op + 1]
-    perm = key.argsort(stable=True)
-    # The one host synchronisation of a step: how many images drew each op.
-    counts = torch.bincount(key, minlength=len(_ORDER) + 1).tolist()
+    """The template on ``(B, C, H, W)`` levels; ``prob``/``mag`` are ``(1, 30)`` or ``(B, 30)``."""
+    b = levels.shape[0]
+    slots = NUM_COPIES * NUM_OPS
+    # Every draw of the batch in one call: K, the visiting order, the 30 coins, one sign per step.
+    u = torch.rand(b, 1 + 2 * slots + steps, generator=ctx.generator, device=levels.device)
+    count = (u[:, :1] >= edges).sum(dim=1)
+    order = u[:, 1 : 1 + slots].argsort(dim=1)
+    fired = (u[:, 1 + slots : 1 + 2 * slots] < prob).gather(1, order)  # coins, in visiting order
+    rank = fired.cumsum(dim=1)
+
+    # The op (-1: none) and signed magnitude each image applies at each step, all steps at once.
+    signed, sort_key, _, _ = _constants(levels.device)
+    step = torch.arange(1, steps + 1, device=levels.device).view(1, steps, 1)
+    hit = fired[:, None, :] & (rank[:, None, :] == step) & (count.view(b, 1, 1) >= step)  # (B, steps, 30)
+    slot = order.gather(1, hit.to(torch.uint8).argmax(dim=2))  # (B, steps)
+    op = torch.where(hit.any(dim=2), slot % NUM_OPS, -1)
+    magnitude = mag.expand(b, -1).gather(1, slot)
+    negate = signed[op.clamp(min=0)] & (u[:, 1 + 2 * slots :] < 0.5)
+    magnitude = torch.where(negate, -magnitude, magnitude)
+
+    # Group the images of each step by op; the one host synchronisation: how many images drew each op.
+    key = sort_key[op + 1]  # (B, steps)
+    groups = len(_ORDER) + 1
+    offset = torch.arange(steps, device=levels.device) * groups
+    counts = torch.bincount((key + offset).flatten(), minlength=steps * groups).view(steps, groups).tolist()
+    perm = key.argsort(dim=0, stable=True)
+    for s in range(steps):
+        levels = _apply_step(levels, perm[:, s], counts[s], magnitude[:, s], ctx)
+    return levels
+
+
+def _apply_step(
+    levels: Tensor, perm: Tensor, counts: list[int], magnitude: Tensor, ctx: KernelContext
+) -> Tensor:
+    """Apply to each image the op it drew for this step, each op once on its images.
+
+    ``perm`` lists the images grouped in ``_ORDER`` (geometric ops first, "none" last) and ``counts`` the
+    group sizes. Each image gets at most one op a step, so rows are overwritten in place.
+    """
     h, w = levels.shape[-2:]
-    # Each image gets at most one op per step, so the rows can be overwritten in place.
     start, matrices = 0, []
     for position, op_index in enumerate(_ORDER):
         n = counts[position]
@@ -182,12 +198,19 @@ def _apply_step(
             if spec.geometric:
                 matrices.append(spec.matrix(magnitude[index], h, w))
             else:
-                levels.index_copy_(
-                    0, index, spec.kernel(levels.index_select(0, index), magnitude[index], ctx)
-                )
+                levels = _apply_rows(levels, index, spec.kernel, magnitude[index], ctx)
         start += n
         if position == len(_GEOMETRIC) - 1 and matrices:
             # All geometric ops of this step in one warp (they come first in perm), each image its own matrix.
-            index = perm[:start]
-            levels.index_copy_(0, index, affine(levels.index_select(0, index), torch.cat(matrices), ctx))
+            levels = _apply_rows(levels, perm[:start], affine, torch.cat(matrices), ctx)
     return levels
+
+
+def _apply_rows(
+    levels: Tensor, index: Tensor, kernel: Callable, parameter: Tensor, ctx: KernelContext
+) -> Tensor:
+    """``kernel(levels[index], parameter, ctx)`` written back into the rows ``index`` of ``levels``."""
+    if index.numel() == levels.shape[0]:
+        # Every image drew this op (always so for a single image): no gather or scatter, only the order.
+        return kernel(levels, parameter[index.argsort()], ctx)
+    return levels.index_copy_(0, index, kernel(levels.index_select(0, index), parameter, ctx))
