@@ -42,6 +42,9 @@ _ENTRY_KEYS = ("epoch", "prob", "mag")
 _HAS_MAG = np.array([spec.has_magnitude for spec in OPS])
 _LOW = np.array([spec.low if spec.has_magnitude else np.nan for spec in OPS], dtype=np.float64)
 _HIGH = np.array([spec.high if spec.has_magnitude else np.nan for spec in OPS], dtype=np.float64)
+# A float32 range end (0.3f, 0.2f) lies just outside the float64 range; values that far out are float32
+# rounding of a bound, not a different magnitude, and are set to the bound. 1e-6 relative is 10x float32's.
+_SNAP = 1e-6 * np.fmax(np.abs(_LOW), np.abs(_HIGH))
 
 
 def _slot(field: str, s: int, c: int, k: int) -> str:
@@ -111,6 +114,7 @@ def _check_prob(prob: np.ndarray) -> None:
 
 
 def _check_mag(mag: np.ndarray) -> None:
+    """Validate ``mag`` in place, snapping float32 rounding of a range end onto that end."""
     for s, c, k in np.argwhere(np.isnan(mag) & _HAS_MAG):
         s, c, k = int(s), int(c), int(k)
         raise ValueError(
@@ -123,6 +127,12 @@ def _check_mag(mag: np.ndarray) -> None:
             f"{_slot('mag', s, c, k)} = {float(mag[s, c, k])!r} must be null (NaN): {OP_NAMES[k]} takes no magnitude"
         )
     with np.errstate(invalid="ignore"):
+        low = np.broadcast_to(_LOW, mag.shape)
+        high = np.broadcast_to(_HIGH, mag.shape)
+        near_low = (mag < low) & (mag >= low - _SNAP)
+        near_high = (mag > high) & (mag <= high + _SNAP)
+        mag[near_low] = low[near_low]
+        mag[near_high] = high[near_high]
         bad = _HAS_MAG & ~((mag >= _LOW) & (mag <= _HIGH))
     if bad.any():
         s, c, k = (int(i) for i in np.argwhere(bad)[0])
@@ -146,7 +156,8 @@ class Schedule:
     Args:
         prob (array-like): probabilities, shape ``(S, 2, 15)`` (epoch, copy, op in canonical order), in [0, 1].
         mag (array-like): unsigned magnitudes, shape ``(S, 2, 15)``, inside each op's range; NaN exactly
-            for the ops without a magnitude (AutoContrast, Invert, Equalize).
+            for the ops without a magnitude (AutoContrast, Invert, Equalize). A value beyond a range end
+            by at most 1e-6 relative (float32 rounding, e.g. ``float32(0.3)``) is set to that end.
         name (str): a short name, shown by ``repr`` and by :class:`~hba_augment.HBAPolicy`.
         count_probs (sequence of float): distribution of the maximum number K of ops per image,
             ``(P(K=0), P(K=1), ...)``; non-negative, summing to 1.

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hba_augment import pretrained
-from hba_augment.functional._table import NUM_OPS, OP_NAMES, OPS
+from hba_augment.functional import NUM_OPS, OP_NAMES, OPS
 from hba_augment.schedule import Schedule
 
 NO_MAG = [k for k, spec in enumerate(OPS) if not spec.has_magnitude]
@@ -517,3 +517,21 @@ def test_real_package_folder_lookup():
         assert pretrained.load_pretrained(name).name == name
     with pytest.raises(ValueError, match="Unknown policy 'no-such-policy'"):
         pretrained.load_pretrained("no-such-policy")
+
+
+def test_float32_range_ends_are_accepted():
+    # float32(0.3) and float32(0.2) are a hair above ShearX's and Cutout's float64 range ends: a saturated
+    # float32 policy (as the search produces) must still make a schedule, at exactly the range ends.
+    prob, mag = random_arrays(2)
+    for k, spec in enumerate(OPS):
+        if spec.has_magnitude:
+            mag[0, :, k], mag[1, :, k] = spec.low, spec.high
+    as32 = torch.tensor(mag, dtype=torch.float32)
+    assert as32.double()[1, 0, 0].item() > 0.3
+    s = Schedule(torch.tensor(prob, dtype=torch.float32), as32)
+    np.testing.assert_allclose(s.mag, mag, rtol=1e-7)
+    assert s.mag[1, 0, OP_NAMES.index("ShearX")] == 0.3 and s.mag[1, 1, OP_NAMES.index("Cutout")] == 0.2
+    # Further out is an error, not a snap.
+    mag[1, 0, 0] = 0.3 + 1e-6
+    with pytest.raises(ValueError, match=r"ShearX\) = 0.30000\d+ is outside"):
+        Schedule(prob, mag)
