@@ -41,6 +41,19 @@ def load_cifar_batch(path: Path, n: int | None = None) -> tuple[torch.Tensor, li
     return images, labels
 
 
+@pytest.fixture(scope="module")
+def torch_single_thread():
+    """Run a module's tests with one intra-op thread, then restore the previous setting.
+
+    The op tests push thousands of tiny tensors through torch: threads only add synchronisation, and on a
+    busy machine with few cores OpenMP workers waiting for a descheduled peer made them ~50x slower.
+    """
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     """The shared real-data folder (env ``HBA_DATA_DIR`` overrides the default beside the repository)."""

@@ -12,6 +12,8 @@ F = pytest.importorskip("hba_augment.functional")
 apply_op = F.apply_op
 OPS = F.OPS
 
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
 ALL_OPS = [pytest.param(spec, id=spec.name) for spec in OPS]
 MAGNITUDE_OPS = [pytest.param(spec, id=spec.name) for spec in OPS if spec.has_magnitude]
 IDENTITY_OPS = [pytest.param(spec, id=spec.name) for spec in OPS if spec.identity is not None]
@@ -25,7 +27,7 @@ DIFFERENTIABLE_CASES = [
     for sign in ((1, -1) if spec.signed else (1,))
 ]
 
-SETTINGS = settings(max_examples=10, deadline=None, derandomize=True,
+SETTINGS = settings(max_examples=20, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

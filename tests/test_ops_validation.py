@@ -19,6 +19,8 @@ F = pytest.importorskip("hba_augment.functional")
 apply_op = F.apply_op
 OPS = F.OPS
 
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
 MAGNITUDE_OPS = [pytest.param(spec, id=spec.name) for spec in OPS if spec.has_magnitude]
 NO_MAGNITUDE_OPS = [pytest.param(spec, id=spec.name) for spec in OPS if not spec.has_magnitude]
 ALL_OPS = [pytest.param(spec, id=spec.name) for spec in OPS]
@@ -202,7 +204,7 @@ def test_bad_fill(spec, dtype, fill, images):
 @pytest.mark.parametrize("spec", [pytest.param(s, id=s.name) for s in OPS if s.geometric])
 @pytest.mark.parametrize("mode", [InterpolationMode.BICUBIC, InterpolationMode.LANCZOS, "cubic"], ids=str)
 def test_unsupported_interpolation(spec, mode, images):
-    with pytest.raises(ValueError, match="(?i)interpolation"):
+    with pytest.raises(ValueError, match=r"(?i)interpolation"):
         apply_op(images, spec.name, spec.high, interpolation=mode)
 
 
