@@ -1,0 +1,328 @@
+"""Policy quality on real data: train the same network with every augmentation policy, for several seeds.
+
+Every run is one ``hba-augment train`` process (the exact command is recorded per run), so a run can be
+repeated alone, and an interrupted benchmark continues where it stopped (finished runs are reused,
+unfinished ones resume from their checkpoint). Writes ``OUT/policy_quality.md`` (a table of test error
+mean +- sample std over the seeds, and wall time per policy, under a header with the command, git commit,
+machine, torch version and date) and ``OUT/policy_quality.json`` (everything, per run); the runs' own
+folders go to ``OUT/runs/`` (git-ignored).
+
+Defaults (chosen from a measured epoch cost on the 2-core development machine, see
+``DEFAULTS_NOTE``): WRN-10-1, 8 epochs, the paper's WRN settings otherwise (SGD lr 0.1 cosine, wd 5e-4,
+batch 128), a 10,000-image class-balanced training subset (subset seed 0, the same for every run) of the
+CIFAR-10 JPEG copy and its full 10,000-image test set, seeds 0, 1, 2, one torch thread per run, runs in
+sequence. The HBA schedule is ``--hba`` (a shipped name or a schedule JSON path; default ``cifar10``).
+
+    python benchmarks/policy_quality.py                      # the full benchmark (about 40 min, one free core)
+    python benchmarks/policy_quality.py --jobs 2             # two runs at a time
+    python benchmarks/policy_quality.py --epochs 1 --train-size 200 --test-size 200 --seeds 0 \\
+        --policies none,cutout,hba --hba my_schedule.json --out /tmp/pq   # a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = REPO.parent / "shared" / "data" / "cifar-10-jpeg.tar.gz"
+DEFAULT_OUT = REPO / "benchmarks" / "results" / "policy_quality"
+ALL_POLICIES = ("none", "baseline", "cutout", "autoaugment", "randaugment", "trivialaugment", "hba")
+DEFAULTS_NOTE = (
+    "Measured on the 2-core AMD EPYC development machine (one torch thread, while other jobs kept its load "
+    "average at 5-7): one WRN-10-1 epoch on 10,000 32x32 images costs about 11.4 CPU-seconds (144 ms per "
+    "batch of 128), 3.5 more with a per-image torchvision policy (HBA's batched policy: about 1.5); testing "
+    "10,000 images about 3.5 and starting a run (imports, cached data) about 6. So 7 policies x 3 seeds x "
+    "8 epochs is about 2,400 CPU-seconds, about 40 minutes in sequence when a core is free. On the busy "
+    "machine wall time was about twice the CPU time; --jobs 2 runs two at a time."
+)
+
+
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(t) for t in _csv(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"expected distinct seeds >= 0, got {text!r}")
+    return seeds
+
+
+def _policies(text: str) -> list[str]:
+    names = _csv(text)
+    bad = [n for n in names if n not in ALL_POLICIES]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(f"unknown policies {bad}; choose from {', '.join(ALL_POLICIES)} "
+                                         "(hba uses --hba)")
+    return list(dict.fromkeys(names))
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--dataset", default="imagefolder", help="dataset format (hba-augment train --dataset)")
+    p.add_argument("--data-dir", default=str(DEFAULT_DATA), help="dataset location")
+    p.add_argument("--data-name", default="CIFAR-10 (JPEG q75 copy)", help="how the data is named in the report")
+    p.add_argument("--preset", default="cifar10", help="hba-augment train --preset")
+    p.add_argument("--model", default="wrn-10-1", help="network")
+    p.add_argument("--epochs", type=_positive, default=8, help="training epochs per run")
+    p.add_argument("--train-size", type=_positive, default=10000, help="class-balanced training subset")
+    p.add_argument("--test-size", type=_positive, help="class-balanced test subset (default: the whole test split)")
+    p.add_argument("--subset-seed", type=int, default=0, help="seed of the subsets (the same for every run)")
+    p.add_argument("--seeds", type=_seeds, default=[0, 1, 2], help="training seeds, comma-separated")
+    p.add_argument("--policies", type=_policies, default=list(ALL_POLICIES), help="comma-separated, in table order")
+    p.add_argument("--hba", default="cifar10", help="HBA schedule for the hba policy: shipped name or JSON path")
+    p.add_argument("--device", default="cpu", help="torch device of the runs")
+    p.add_argument("--threads", type=_positive, default=1,
+                   help="torch threads per run (one is robust on a shared 2-core machine)")
+    p.add_argument("--jobs", type=_positive, default=1, help="runs at a time")
+    p.add_argument("--num-workers", type=int, help="hba-augment train --num-workers (default: its own)")
+    p.add_argument("--extra", default="", help="more hba-augment train options for every run, e.g. '--lr 0.05'")
+    p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (policy_quality.md/.json, runs/)")
+    return p
+
+
+def _policy_arg(name: str, hba: str) -> str:
+    return f"hba:{hba}" if name == "hba" else name
+
+
+def _slug(policy: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in policy)[:80]
+
+
+def _git(*args: str) -> str | None:
+    try:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def _machine() -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    import torch
+
+    info: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(),
+                            "python": platform.python_version(), "torch": torch.__version__}
+    if hasattr(os, "getloadavg"):
+        info["load_average_at_start"] = [round(v, 2) for v in os.getloadavg()]
+    return info
+
+
+def _check_hba(schedule: str) -> None:
+    from hba_augment import pretrained
+    from hba_augment.policy import HBAPolicy
+
+    try:
+        HBAPolicy(schedule)
+    except (ValueError, OSError) as e:
+        raise SystemExit(f"policy_quality: error: cannot use HBA schedule {schedule!r}: {e} (shipped: "
+                         f"{pretrained.available_policies() or 'none'}). Pass --hba NAME_OR_PATH, or leave hba "
+                         "out of --policies.") from None
+
+
+def _run_one(cmd: list[str], out: Path, env: dict[str, str], label: str) -> dict[str, Any]:
+    result_file = out / "result.json"
+    expected = {"policy": cmd[cmd.index("--policy") + 1], "seed": int(cmd[cmd.index("--seed") + 1])}
+    if result_file.exists():
+        result = json.loads(result_file.read_text())
+        if all(result["config"].get(k) == v for k, v in expected.items()) and result["config"].get(
+                "command") == shlex.join(["hba-augment", *cmd[3:]]):
+            wall_file = out / "bench_wall.json"
+            wall = json.loads(wall_file.read_text())["wall_seconds"] if wall_file.exists() else None
+            return {"result": result, "wall_seconds": wall, "reused": True}
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with open(out / "log.txt", "a", encoding="utf-8") as log:
+        log.write(f"$ {shlex.join(cmd)}\n")
+        log.flush()
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        tail = (out / "log.txt").read_text(encoding="utf-8").splitlines()[-5:]
+        raise RuntimeError(f"{label} failed (exit {proc.returncode}); see {out / 'log.txt'}:\n" + "\n".join(tail))
+    (out / "bench_wall.json").write_text(json.dumps({"wall_seconds": wall}) + "\n", encoding="utf-8")
+    return {"result": json.loads(result_file.read_text()), "wall_seconds": wall, "reused": False}
+
+
+def _fmt(values: list[float], digits: int = 2) -> str:
+    if not values:
+        return "-"
+    mean = statistics.fmean(values)
+    if len(values) == 1:
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    out = Path(args.out).resolve()
+    runs_dir = out / "runs"
+    if "hba" in args.policies:
+        _check_hba(args.hba)
+    started = datetime.datetime.now(datetime.timezone.utc)
+    commit = _git("rev-parse", "HEAD")
+    dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+    machine = _machine()
+
+    env = dict(os.environ)
+    # As .ci/run: glibc returns freed blocks to the OS eagerly, which slows the augmentation kernels.
+    env.setdefault("MALLOC_MMAP_THRESHOLD_", "1000000000")
+    env.setdefault("MALLOC_TRIM_THRESHOLD_", "1000000000")
+    jobs = []
+    for policy in args.policies:
+        for seed in args.seeds:
+            pol = _policy_arg(policy, args.hba)
+            run_out = runs_dir / f"{_slug(pol)}-seed{seed}"
+            cmd = [sys.executable, "-m", "hba_augment", "train", "--dataset", args.dataset, "--data-dir",
+                   str(args.data_dir), "--preset", args.preset, "--model", args.model, "--policy", pol,
+                   "--epochs", str(args.epochs), "--train-size", str(args.train_size), "--subset-seed",
+                   str(args.subset_seed), "--seed", str(seed), "--device", args.device, "--threads",
+                   str(args.threads), "--eval-every", "0", "--no-progress", "--resume", "--out", str(run_out)]
+            if args.test_size:
+                cmd += ["--test-size", str(args.test_size)]
+            if args.num_workers is not None:
+                cmd += ["--num-workers", str(args.num_workers)]
+            cmd += shlex.split(args.extra)
+            jobs.append((policy, pol, seed, run_out, cmd))
+
+    print(f"policy_quality: {len(jobs)} runs ({len(args.policies)} policies x {len(args.seeds)} seeds), "
+          f"{args.jobs} at a time; runs in {runs_dir}", flush=True)
+    results: dict[tuple[str, int], dict[str, Any]] = {}
+    bench_start = time.perf_counter()
+    done = 0
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {pool.submit(_run_one, cmd, run_out, env, f"{pol} seed {seed}"): (policy, pol, seed, cmd)
+                   for policy, pol, seed, run_out, cmd in jobs}
+        for future in concurrent.futures.as_completed(futures):
+            policy, pol, seed, cmd = futures[future]
+            run = future.result()
+            run["command"] = shlex.join(cmd)
+            results[(policy, seed)] = run
+            done += 1
+            r = run["result"]
+            how = f"{run['wall_seconds']:.0f} s" if run["wall_seconds"] is not None else "?"
+            how += " (reused)" if run["reused"] else ""
+            print(f"[{done}/{len(jobs)}] {pol} seed {seed}: test error {r['test_error']:.2f}% "
+                  f"(loss {r['test_loss']:.4f}), {how}", flush=True)
+    total_wall = time.perf_counter() - bench_start
+
+    rows = []
+    for policy in args.policies:
+        runs = [results[(policy, s)] for s in args.seeds]
+        errors = [r["result"]["test_error"] for r in runs]
+        losses = [r["result"]["test_loss"] for r in runs]
+        walls = [r["wall_seconds"] for r in runs if r["wall_seconds"] is not None]
+        train_walls = [r["result"]["wall_seconds"] for r in runs]
+        rows.append({
+            "policy": _policy_arg(policy, args.hba),
+            "test_error_mean": statistics.fmean(errors),
+            "test_error_std": statistics.stdev(errors) if len(errors) > 1 else None,
+            "test_errors": errors,
+            "test_loss_mean": statistics.fmean(losses),
+            "run_wall_seconds": walls,
+            "train_wall_seconds": train_walls,
+            "runs": [{"seed": s, "command": r["command"], "test_error": r["result"]["test_error"],
+                      "test_loss": r["result"]["test_loss"], "wall_seconds": r["wall_seconds"],
+                      "reused": r["reused"], "out": str(runs_dir / f"{_slug(_policy_arg(policy, args.hba))}-seed{s}")}
+                     for s, r in zip(args.seeds, runs, strict=True)],
+        })
+    first = results[(args.policies[0], args.seeds[0])]["result"]
+    cfg = first["config"]
+    command = shlex.join(["python", "benchmarks/policy_quality.py", *argv])
+    report = {
+        "command": command,
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "date": started.isoformat(timespec="seconds"),
+        "machine": machine,
+        "package_version": cfg.get("package_version"),
+        "torchvision": cfg.get("torchvision_version"),
+        "data": {"name": args.data_name, "dataset": args.dataset, "data_dir": str(args.data_dir),
+                 "train_images": first["train_images"], "test_images": first["test_images"],
+                 "subset_seed": args.subset_seed},
+        "settings": {"model": args.model, "epochs": args.epochs, "batch_size": cfg["batch_size"], "lr": cfg["lr"],
+                     "lr_schedule": cfg["lr_schedule"], "wd": cfg["wd"], "preset": args.preset, "seeds": args.seeds,
+                     "threads": args.threads, "jobs": args.jobs, "device": args.device, "extra": args.extra,
+                     "hba_schedule": args.hba if "hba" in args.policies else None},
+        "total_wall_seconds": total_wall,
+        "rows": rows,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "policy_quality.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    (out / "policy_quality.md").write_text(_markdown(report), encoding="utf-8")
+    print(_markdown(report))
+    print(f"wrote {out / 'policy_quality.md'} and {out / 'policy_quality.json'}")
+    return 0
+
+
+def _markdown(report: dict[str, Any]) -> str:
+    s, d, m = report["settings"], report["data"], report["machine"]
+    commit = (report["git_commit"] or "unknown") + (" (with uncommitted changes)" if report["git_dirty"] else "")
+    reused = any(run["reused"] for row in report["rows"] for run in row["runs"])
+    lines = [
+        "# Policy quality: test error of one network trained with each augmentation policy",
+        "",
+        f"- Command: `{report['command']}`",
+        f"- Git commit: {commit}; hba-augment {report['package_version']}",
+        f"- Machine: {m['cpu']}, {m['cores']} cores ({m['platform']}); load average at start "
+        f"{m.get('load_average_at_start')}",
+        f"- torch {m['torch']}, torchvision {report['torchvision']}, Python {m['python']}",
+        f"- Date: {report['date']}",
+        f"- Data: {d['name']} ({d['data_dir']}): {d['train_images']:,}-image class-balanced training subset "
+        f"(subset seed {d['subset_seed']}), {d['test_images']:,} test images",
+        f"- Training: {s['model']}, {s['epochs']} epochs, batch {s['batch_size']}, SGD (Nesterov 0.9) lr {s['lr']:g} "
+        f"{s['lr_schedule']}, wd {s['wd']:g} ({s['preset']} preset); device {s['device']}, {s['threads']} torch "
+        f"thread(s) per run, {s['jobs']} run(s) at a time" + (f"; extra options `{s['extra']}`" if s["extra"] else ""),
+        f"- Seeds: {', '.join(map(str, s['seeds']))}; test error is the last epoch's, mean ± sample std over seeds",
+        f"- Total wall time: {report['total_wall_seconds'] / 60:.1f} min"
+        + (" (some runs were reused from an earlier invocation; their wall times are from it)" if reused else ""),
+        "",
+        "| Policy | Test error (%) | Per seed (%) | Test loss | Wall time per run (s), mean |",
+        "|---|---|---|---|---|",
+    ]
+    for row in report["rows"]:
+        per_seed = ", ".join(f"{e:.2f}" for e in row["test_errors"])
+        walls = row["run_wall_seconds"]
+        wall = f"{statistics.fmean(walls):.0f}" if walls else "-"
+        lines.append(f"| {row['policy']} | {_fmt(row['test_errors'])} | {per_seed} | "
+                     f"{row['test_loss_mean']:.4f} | {wall} |")
+    lines += ["", "Policies (see `hba-augment train --help`): none = standardisation only; baseline = the preset's "
+              "flip + pad-4 crop; cutout = baseline + Cutout (16x16 in the CIFAR presets); autoaugment / "
+              "randaugment / trivialaugment = torchvision's v2 transforms per image (the preset's AutoAugment "
+              "policy; 2 ops at magnitude 9; Wide), then baseline + Cutout; hba:<schedule> = HBAPolicy stretched "
+              "to the run's epochs, then baseline + Cutout.", "", f"Default scale: {DEFAULTS_NOTE}", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,883 @@
+"""Policy evaluation: train a fresh network with an augmentation policy and measure its test error.
+
+This is the back end of ``hba-augment train`` (paper section 4.2, "policy evaluation"). A run is described
+by a :class:`TrainConfig` (``TrainConfig.from_preset`` fills in the paper's settings) and executed by
+:func:`train_and_evaluate`, which writes ``result.json``, ``history.jsonl`` and ``checkpoint.pt``.
+
+Policies (``TrainConfig.policy``):
+
+* ``none``: standardisation only;
+* ``baseline``: the dataset's standard augmentation: random horizontal flip and a random crop of the
+  image zero-padded by 4 pixels for CIFAR and ImageNet-style data; nothing for SVHN (the paper: "the
+  baseline augmentation applied standardization only", and flips would turn digits into other symbols);
+* ``cutout``: baseline, then Cutout (16x16 for CIFAR, 20x20 for SVHN as in PBA; none in the ImageNet
+  preset, where ``--cutout`` must be given);
+* ``autoaugment``, ``randaugment``, ``trivialaugment``: torchvision's ``transforms.v2.AutoAugment`` (the
+  CIFAR10 policy for CIFAR presets, SVHN for SVHN, IMAGENET for the ImageNet preset), ``RandAugment()``
+  (2 ops, magnitude 9) or ``TrivialAugmentWide()``, each on one uint8 image at a time, then baseline and
+  Cutout;
+* ``hba:<name or path>``: :class:`~hba_augment.policy.HBAPolicy` with the schedule stretched to the run's
+  epochs (``set_epoch`` at the start of every epoch), applied to whole batches on the training device,
+  then baseline and Cutout.
+
+The order is the paper's and PBA's ("we applied our augmentation policy, baseline, and Cutout in
+sequence"): the policy on uint8 pixels, then standardisation with the training subset's per-channel
+mean and std, flip, zero-padded crop and Cutout on the standardised batch (so padding and the Cutout
+patch are the mean colour), as :func:`hba_augment.search.loop.baseline_augment` does for the search.
+
+Training: SGD with Nesterov momentum 0.9 and weight decay on every parameter, learning rate set per step
+(cosine to 0 over the run, or a x0.1 step decay at epoch milestones), cross-entropy loss, the last
+epoch's model is tested (the paper reports the last epoch). Defaults are the paper's appendix table
+"Hyperparameters for policy evaluation" (:data:`PAPER_HPARAMS`).
+
+Randomness and resuming: the model is initialised from ``seed``; the data order comes from a CPU
+generator, the batched augmentation from a generator on the device, each image of a per-image
+(torchvision) policy from its own seed drawn from the data generator (so the result does not depend on
+the number of DataLoader workers), and dropout / Shake-Shake / ShakeDrop from torch's global generator
+(seeded here). All of them are saved in the per-epoch checkpoint, so ``resume=True`` continues an
+interrupted CPU run bit for bit (on CUDA, up to cuDNN's nondeterminism).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import shlex
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from hba_augment._version import __version__
+from hba_augment.search.loop import (
+    PRESETS as SEARCH_PRESETS,
+)
+from hba_augment.search.loop import (
+    _atomic_write_bytes,
+    _fingerprint,
+    _write_metrics,
+    baseline_augment,
+    describe_device,
+    lr_at,
+)
+
+__all__ = [
+    "CHECKPOINT_FILE",
+    "DEFAULT_PRESET",
+    "EVAL_PRESETS",
+    "HISTORY_FILE",
+    "PAPER_HPARAMS",
+    "POLICY_KINDS",
+    "RESULT_FILE",
+    "TrainConfig",
+    "TrainResult",
+    "TrainingDivergedError",
+    "evaluate_model",
+    "load_data",
+    "model_family",
+    "parse_policy",
+    "train_and_evaluate",
+]
+
+RESULT_FILE = "result.json"
+HISTORY_FILE = "history.jsonl"
+CHECKPOINT_FILE = "checkpoint.pt"
+_CHECKPOINT_FORMAT = "hba-train-checkpoint"
+_CHECKPOINT_VERSION = 1
+
+#: Policy kinds; ``hba`` is written ``hba:<shipped name or schedule path>``.
+POLICY_KINDS = ("none", "baseline", "cutout", "autoaugment", "randaugment", "trivialaugment", "hba")
+_PER_IMAGE = ("autoaugment", "randaugment", "trivialaugment")
+
+#: The paper's appendix table "Hyperparameters for policy evaluation" (which follows PBA except for
+#: ImageNet): ``PAPER_HPARAMS[preset][model family] = (lr, weight decay, batch size, epochs)``.
+PAPER_HPARAMS: dict[str, dict[str, tuple[float, float, int, int]]] = {
+    "cifar10": {
+        "wrn": (0.1, 0.0005, 128, 200),
+        "shake-shake": (0.01, 0.001, 128, 1800),
+        "pyramidnet": (0.05, 0.00005, 64, 1800),
+    },
+    "cifar100": {
+        "wrn": (0.1, 0.0005, 128, 200),
+        "shake-shake": (0.01, 0.0025, 128, 1800),
+        "pyramidnet": (0.025, 0.0005, 64, 1800),
+    },
+    "svhn": {
+        "wrn": (0.005, 0.001, 128, 160),
+        "shake-shake": (0.01, 0.00015, 128, 160),
+    },
+    "imagenet": {
+        "resnet": (0.1, 0.0001, 256, 270),
+    },
+}
+
+#: Per-preset settings besides the table: learning-rate schedule, the baseline augmentation (the same as
+#: the search's presets) and torchvision's AutoAugment policy.
+EVAL_PRESETS: dict[str, dict[str, Any]] = {
+    "cifar10": {"lr_schedule": "cosine", "lr_milestones": (), "autoaugment_policy": "CIFAR10",
+                **{k: SEARCH_PRESETS["cifar10"][k] for k in ("flip", "crop_padding", "cutout")}},
+    "cifar100": {"lr_schedule": "cosine", "lr_milestones": (), "autoaugment_policy": "CIFAR10",
+                 **{k: SEARCH_PRESETS["cifar10"][k] for k in ("flip", "crop_padding", "cutout")}},
+    "svhn": {"lr_schedule": "cosine", "lr_milestones": (), "autoaugment_policy": "SVHN",
+             **{k: SEARCH_PRESETS["svhn"][k] for k in ("flip", "crop_padding", "cutout")}},
+    # Paper: ImageNet uses a step decay at epochs 90, 180, 240. Its 224x224 baseline (random resized crop,
+    # colour and PCA jitter) does not apply to the small ImageFolder copies here: flip + pad-4 crop, as
+    # the search's ImageNet preset.
+    "imagenet": {"lr_schedule": "step", "lr_milestones": (90, 180, 240), "autoaugment_policy": "IMAGENET",
+                 **{k: SEARCH_PRESETS["imagenet"][k] for k in ("flip", "crop_padding", "cutout")}},
+}
+#: Preset used for each dataset when none is named (``imagefolder`` + ``--preset cifar10`` for CIFAR-10 JPEG).
+DEFAULT_PRESET = {"cifar10": "cifar10", "cifar100": "cifar100", "svhn": "svhn", "imagefolder": "imagenet"}
+_LR_SCHEDULES = ("cosine", "step", "constant")
+# May differ between the run that wrote a checkpoint and the one that resumes it (they do not change
+# what is trained).
+_RESUME_FREE = frozenset({"data_dir", "device", "num_workers", "eval_every", "eval_batch_size", "download"})
+
+
+class TrainingDivergedError(RuntimeError):
+    """The training loss became NaN or infinite; the run stops and the last good checkpoint is kept."""
+
+
+def model_family(model: str) -> str:
+    """The family of a model name, as used in :data:`PAPER_HPARAMS` (``"wrn-40-2"`` -> ``"wrn"``)."""
+    name = model.strip().lower()
+    for family in ("wrn", "shake-shake", "pyramidnet", "resnet", "alexnet"):
+        if name.startswith(family):
+            return family
+    return name
+
+
+def parse_policy(policy: str) -> tuple[str, str | None]:
+    """Split a policy string into ``(kind, argument)``: ``"hba:cifar10"`` -> ``("hba", "cifar10")``.
+
+    Raises:
+        ValueError: an unknown kind, or ``hba`` without a schedule.
+    """
+    if not isinstance(policy, str):
+        raise ValueError(f"policy must be a string, got {policy!r}")
+    text = policy.strip()
+    kind, sep, arg = text.partition(":")
+    kind = kind.strip().lower()
+    if kind == "hba":
+        if not sep or not arg.strip():
+            raise ValueError(f"policy {policy!r}: write hba:<shipped name or schedule JSON path>, e.g. hba:cifar10")
+        return "hba", arg.strip()
+    if sep or kind not in POLICY_KINDS:
+        names = ", ".join(k for k in POLICY_KINDS if k != "hba")
+        raise ValueError(f"Unknown policy {policy!r}; expected one of {names} or hba:<name or path>")
+    return kind, None
+
+
+def _check_model_name(name: str) -> None:
+    from hba_augment.search.models import create_model
+
+    # On the meta device nothing is allocated, so this is cheap even for WRN-28-10.
+    with torch.device("meta"):
+        create_model(name, 2)
+
+
+def _load_hba(schedule: str, total_epochs: int) -> Any:
+    from hba_augment.policy import HBAPolicy
+
+    try:
+        return HBAPolicy(policy=schedule, total_epochs=total_epochs)
+    except OSError as e:
+        raise ValueError(f"cannot read HBA schedule {schedule!r}: {e}") from None
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a training run. ``TrainConfig.from_preset`` fills in the paper's defaults.
+
+    Attributes:
+        dataset: one of ``hba_augment.search.data.DATASETS``.
+        data_dir: where it lives (see :func:`hba_augment.search.data.load_dataset`).
+        model: a :func:`~hba_augment.search.models.create_model` name.
+        policy: ``none``, ``baseline``, ``cutout``, ``autoaugment``, ``randaugment``, ``trivialaugment`` or
+            ``hba:<shipped name or path>``.
+        preset: ``cifar10``, ``cifar100``, ``svhn`` or ``imagenet``: the protocol whose settings are used.
+        epochs: training epochs (>= 1).
+        train_size, test_size: class-balanced subsets of the train / test split (``None``: all).
+        subset_seed: seed of those subsets (``None``: ``seed``).
+        batch_size, lr, lr_schedule, lr_milestones, lr_gamma, momentum, nesterov, wd: the SGD.
+        seed: model initialisation and every random stream of training.
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
+        image_size, classes, download: passed to ``load_dataset``.
+        flip, crop_padding, cutout: the baseline augmentation and the Cutout size.
+        num_workers: DataLoader workers for the per-image (torchvision) policies; ``None``: automatic
+            (``min(8, cores - 1)``). Results do not depend on it.
+        eval_every: test every this many epochs (0: only after the last; the last is always tested).
+        eval_batch_size: batch size of testing.
+        channels_last: run the model in channels-last memory format (faster convolutions).
+        amp: bfloat16 autocast for the forward pass.
+        hparams_source: where the defaults came from (filled in by ``from_preset``).
+    """
+
+    dataset: str = "cifar10"
+    data_dir: str = "."
+    model: str = "wrn-40-2"
+    policy: str = "cutout"
+    preset: str = "cifar10"
+    epochs: int = 200
+    train_size: int | None = None
+    test_size: int | None = None
+    subset_seed: int | None = None
+    batch_size: int = 128
+    lr: float = 0.1
+    lr_schedule: str = "cosine"
+    lr_milestones: tuple[int, ...] = ()
+    lr_gamma: float = 0.1
+    momentum: float = 0.9
+    nesterov: bool = True
+    wd: float = 0.0005
+    seed: int = 0
+    device: str = "cpu"
+    image_size: int | None = None
+    classes: int | tuple[str, ...] | None = None
+    download: bool = False
+    flip: bool = True
+    crop_padding: int = 4
+    cutout: int = 16
+    num_workers: int | None = None
+    eval_every: int = 10
+    eval_batch_size: int = 500
+    channels_last: bool = True
+    amp: bool = False
+    hparams_source: str = "custom"
+
+    @classmethod
+    def from_preset(cls, preset: str | None = None, **overrides: Any) -> TrainConfig:
+        """The paper's settings for ``preset`` and the model's family, then ``overrides``.
+
+        ``None`` values in ``overrides`` are ignored (unset command-line options). ``preset`` defaults to
+        ``DEFAULT_PRESET[dataset]``. A model family that the paper's table has no row for in that preset
+        takes the preset's first row (WRN for CIFAR and SVHN, ResNet for ImageNet). The step schedule's
+        milestones are scaled by ``epochs / table epochs`` when ``epochs`` is overridden and
+        ``lr_milestones`` is not.
+        """
+        overrides = {k: v for k, v in overrides.items() if v is not None}
+        dataset = overrides.get("dataset", cls.dataset)
+        model = overrides.get("model", cls.model)
+        if preset is None:
+            preset = DEFAULT_PRESET.get(dataset, "cifar10")
+        if preset not in EVAL_PRESETS:
+            raise ValueError(f"Unknown preset {preset!r}; expected one of {list(EVAL_PRESETS)}")
+        table = PAPER_HPARAMS[preset]
+        family = model_family(model) if isinstance(model, str) else ""
+        row_family = family if family in table else next(iter(table))
+        lr, wd, batch_size, epochs = table[row_family]
+        source = f"paper table: {preset} / {row_family}"
+        if row_family != family:
+            source += f" (no row for {family!r}; using the preset's first row)"
+        values: dict[str, Any] = {
+            "lr": lr, "wd": wd, "batch_size": batch_size, "epochs": epochs,
+            **{k: v for k, v in EVAL_PRESETS[preset].items() if k != "autoaugment_policy"},
+        }
+        if "epochs" in overrides and "lr_milestones" not in overrides and values["lr_milestones"]:
+            scale = overrides["epochs"] / epochs
+            values["lr_milestones"] = tuple(sorted({max(1, round(m * scale)) for m in values["lr_milestones"]}))
+        values.update(overrides)
+        values["preset"] = preset
+        values["hparams_source"] = source
+        unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"Unknown TrainConfig field(s) {sorted(unknown)}")
+        if isinstance(values.get("lr_milestones"), list):
+            values["lr_milestones"] = tuple(values["lr_milestones"])
+        config = cls(**values)
+        config.validate()
+        return config
+
+    @property
+    def policy_kind(self) -> str:
+        return parse_policy(self.policy)[0]
+
+    def augmentation(self) -> dict[str, Any]:
+        """What is applied to training images: ``{"policy", "flip", "crop_padding", "cutout"}``."""
+        kind = self.policy_kind
+        if kind == "none":
+            return {"policy": None, "flip": False, "crop_padding": 0, "cutout": 0}
+        return {"policy": None if kind in ("baseline", "cutout") else self.policy, "flip": self.flip,
+                "crop_padding": self.crop_padding, "cutout": 0 if kind == "baseline" else self.cutout}
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first bad field (the model name and HBA schedule included)."""
+        def integer(name: str, minimum: int, optional: bool = False) -> None:
+            v = getattr(self, name)
+            if optional and v is None:
+                return
+            if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+                raise ValueError(f"{name} must be an integer >= {minimum}, got {v!r}")
+
+        def number(name: str, positive: bool = False) -> None:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (
+                    positive and v == 0):
+                raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got {v!r}")
+
+        from hba_augment.search.data import DATASETS
+
+        if self.dataset not in DATASETS:
+            raise ValueError(f"Unknown dataset {self.dataset!r}; expected one of {list(DATASETS)}")
+        if self.preset not in EVAL_PRESETS:
+            raise ValueError(f"Unknown preset {self.preset!r}; expected one of {list(EVAL_PRESETS)}")
+        for name in ("epochs", "batch_size", "eval_batch_size"):
+            integer(name, 1)
+        for name in ("train_size", "test_size"):
+            integer(name, 1, optional=True)
+        for name in ("seed", "crop_padding", "cutout", "eval_every"):
+            integer(name, 0)
+        integer("subset_seed", 0, optional=True)
+        integer("num_workers", 0, optional=True)
+        integer("image_size", 1, optional=True)
+        number("lr", positive=True)
+        for name in ("wd", "momentum", "lr_gamma"):
+            number(name)
+        if self.lr_schedule not in _LR_SCHEDULES:
+            raise ValueError(f"Unknown lr_schedule {self.lr_schedule!r}; expected one of {list(_LR_SCHEDULES)}")
+        ms = tuple(self.lr_milestones)
+        if any(isinstance(m, bool) or not isinstance(m, int) or m < 0 for m in ms) or list(ms) != sorted(ms):
+            raise ValueError(f"lr_milestones must be increasing epochs >= 0, got {self.lr_milestones!r}")
+        if self.nesterov and self.momentum == 0:
+            raise ValueError("nesterov=True needs momentum > 0")
+        try:
+            torch.device(self.device)
+        except (RuntimeError, TypeError):
+            raise ValueError(f"Unknown device {self.device!r} (e.g. 'cpu', 'cuda', 'cuda:0')") from None
+        if not isinstance(self.model, str):
+            raise ValueError(f"model must be a string, got {self.model!r}")
+        _check_model_name(self.model)
+        kind, arg = parse_policy(self.policy)
+        if kind == "cutout" and self.cutout == 0:
+            raise ValueError(f"policy 'cutout' needs a Cutout size, but the {self.preset} preset has none; "
+                             "pass cutout (--cutout SIZE)")
+        if kind == "hba":
+            _load_hba(arg, self.epochs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-compatible values (tuples become lists)."""
+        d = dataclasses.asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train_and_evaluate` returns (the content of ``result.json`` is ``summary``)."""
+
+    test_error: float
+    test_loss: float
+    history: list[dict[str, Any]]
+    summary: dict[str, Any]
+    out_dir: Path
+    files: dict[str, Path] = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------------------------- data
+def load_data(config: TrainConfig) -> tuple[Any, Any, str]:
+    """The training and test :class:`~hba_augment.search.data.ImageData` of ``config`` and a description.
+
+    The test set is the dataset's test split (ImageFolder: ``test/``, else ``val/``). ``train_size`` /
+    ``test_size`` take class-balanced subsets drawn with ``subset_seed`` (default ``seed``).
+    """
+    from hba_augment.search.data import balanced_split, load_dataset
+
+    kwargs = {"image_size": config.image_size, "download": config.download,
+              "classes": list(config.classes) if isinstance(config.classes, tuple) else config.classes}
+    seed = config.seed if config.subset_seed is None else config.subset_seed
+    parts = []
+    for split, size in (("train", config.train_size), ("test", config.test_size)):
+        data = load_dataset(config.dataset, config.data_dir, split=split, **kwargs)
+        if size is not None:
+            if size > len(data.labels):
+                raise ValueError(f"{split}_size {size} exceeds the {len(data.labels)} images of the {split} split "
+                                 f"of {config.dataset} at {config.data_dir}")
+            data = data.subset(balanced_split(data.labels, [size], seed=seed)[0])
+        parts.append(data)
+    train, test = parts
+    if train.classes != test.classes:
+        raise ValueError(f"the train and test splits have different classes ({len(train.classes)} vs "
+                         f"{len(test.classes)})")
+    where = Path(config.data_dir).expanduser().resolve()
+    source = (f"{config.dataset} at {where}: train split ({len(train.labels)} images) and test split "
+              f"({len(test.labels)} images)")
+    return train, test, source
+
+
+class _PerImage(torch.utils.data.Dataset):
+    """Applies a torchvision transform to one uint8 image; item keys are ``(index, seed)``.
+
+    Seeding torch's generator with the image's own seed makes every image's draws independent of which
+    process (main or a DataLoader worker) transforms it.
+    """
+
+    def __init__(self, images: Tensor, transform: Callable[[Tensor], Tensor]) -> None:
+        self.images = images
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, key: tuple[int, int]) -> Tensor:
+        index, seed = key
+        torch.random.default_generator.manual_seed(int(seed))
+        return self.transform(self.images[int(index)])
+
+
+class _Batches:
+    """A batch sampler whose batches are replaced every epoch (persistent DataLoader workers keep it)."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[tuple[int, int]]] = []
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+@contextlib.contextmanager
+def _cpu_threads(device: torch.device, n: int = 1) -> Iterator[None]:
+    """Run augmentation kernels of small images single-threaded on the CPU.
+
+    They are too small to gain from intra-op threads, and on a busy machine OpenMP's barriers make them
+    many times slower.
+    """
+    before = torch.get_num_threads()
+    if device.type != "cpu" or before <= n:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _torchvision_policy(kind: str, preset: str) -> Callable[[Tensor], Tensor]:
+    from torchvision.transforms import v2
+
+    if kind == "autoaugment":
+        return v2.AutoAugment(getattr(v2.AutoAugmentPolicy, EVAL_PRESETS[preset]["autoaugment_policy"]))
+    if kind == "randaugment":
+        return v2.RandAugment()
+    return v2.TrivialAugmentWide()
+
+
+# ----------------------------------------------------------------------------------------------- eval
+@torch.no_grad()
+def evaluate_model(model: nn.Module, images: Tensor, labels: Tensor, normalise: Callable[[Tensor], Tensor],
+                   *, batch_size: int = 500, channels_last: bool = False, amp: bool = False) -> tuple[float, float]:
+    """Mean cross-entropy and error (percent) of ``model`` in eval mode on uint8 ``images`` ``(N, C, H, W)``.
+
+    ``images`` and ``labels`` must be on the model's device; ``normalise`` maps uint8 to model input.
+    The model's training mode is restored afterwards.
+    """
+    was_training = model.training
+    model.eval()
+    dev = images.device
+    loss_sum = torch.zeros((), dtype=torch.float64, device=dev)
+    wrong = torch.zeros((), dtype=torch.int64, device=dev)
+    try:
+        for start in range(0, len(labels), batch_size):
+            x = normalise(images[start : start + batch_size])
+            y = labels[start : start + batch_size]
+            if channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
+                logits = model(x)
+            loss_sum += F.cross_entropy(logits.float(), y, reduction="sum")
+            wrong += (logits.argmax(1) != y).sum()
+    finally:
+        model.train(was_training)
+    n = len(labels)
+    return float(loss_sum) / n, 100.0 * float(wrong) / n
+
+
+# ----------------------------------------------------------------------------------------------- train
+class _Trainer:
+    """State and steps of one training run (one object, so that checkpointing is one place)."""
+
+    def __init__(self, config: TrainConfig, train: Any, test: Any, log: Callable[[str], None]) -> None:
+        from hba_augment.search.models import create_model
+
+        self.config = cfg = config
+        self.log = log
+        self.device = dev = torch.device(config.device)
+        self.num_classes = len(train.classes)
+        if train.images.dtype != torch.uint8 or test.images.dtype != torch.uint8:
+            raise ValueError("training and test images must be uint8 tensors (N, C, H, W)")
+        self.n_train, self.n_test = len(train.labels), len(test.labels)
+        if self.n_train < 2 or self.n_test < 1:
+            raise ValueError(f"need at least 2 training images and 1 test image, got {self.n_train} and {self.n_test}")
+        self.fingerprint = _fingerprint(train.images, train.labels, test.images, test.labels)
+        self.kind, self.policy_arg = parse_policy(cfg.policy)
+        self.aug = cfg.augmentation()
+        x64 = train.images.double() / 255.0
+        mean = x64.mean(dim=(0, 2, 3)).float()
+        std = x64.std(dim=(0, 2, 3)).clamp_min(1e-3).float()
+        self.mean, self.std = mean, std
+        self._scale = (1.0 / (255.0 * std)).to(dev)[None, :, None, None]
+        self._shift = (-mean / std).to(dev)[None, :, None, None]
+
+        self.train_labels = train.labels.to(dev)
+        self.test_x, self.test_y = test.images.to(dev), test.labels.to(dev)
+        self.per_image = self.kind in _PER_IMAGE
+        if self.per_image:
+            self.train_cpu = train.images.contiguous()
+            self.train_x = None
+        else:
+            self.train_x = train.images.to(dev)
+
+        b = cfg.batch_size
+        # A trailing batch of one image would break batch norm after global pooling; it is dropped.
+        self.batches_per_epoch = self.n_train // b + (1 if self.n_train % b > 1 else 0)
+        self.steps_per_epoch = self.batches_per_epoch
+
+        torch.manual_seed(cfg.seed * 4 + 2)  # dropout, Shake-Shake, ShakeDrop
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)
+            model = create_model(cfg.model, self.num_classes)
+        self.model = model.to(dev)
+        if dev.type == "cuda":
+            torch.backends.cudnn.benchmark = True  # fixed input shapes; CUDA runs are not bit-exact anyway
+        if cfg.channels_last:
+            self.model = self.model.to(memory_format=torch.channels_last)
+        self.model.train()
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
+                                   nesterov=cfg.nesterov, weight_decay=cfg.wd)
+        self.g_data = torch.Generator().manual_seed(cfg.seed * 4 + 1)
+        self.g_aug = torch.Generator(device=dev).manual_seed(cfg.seed * 4 + 3)
+        self.hba = _load_hba(self.policy_arg, cfg.epochs) if self.kind == "hba" else None
+
+        self.loader = None
+        if self.per_image:
+            self.dataset = _PerImage(self.train_cpu, _torchvision_policy(self.kind, cfg.preset))
+            workers = cfg.num_workers
+            if workers is None:
+                workers = max(0, min(8, (os.cpu_count() or 1) - 1))
+            self.num_workers = workers
+            self.sampler = _Batches()
+            if workers > 0:
+                self.loader = torch.utils.data.DataLoader(
+                    self.dataset, batch_sampler=self.sampler, num_workers=workers, persistent_workers=True,
+                    pin_memory=dev.type == "cuda", prefetch_factor=4,
+                )
+        else:
+            self.num_workers = 0
+
+        self.epoch = 0  # completed epochs
+        self.step = 0  # completed training steps
+        self.history: list[dict[str, Any]] = []
+        self.wall_seconds = 0.0
+        self.sessions = 1
+        self.on_step: Callable[[], None] | None = None
+
+    def normalise(self, x: Tensor) -> Tensor:
+        return torch.addcmul(self._shift, x.float(), self._scale)
+
+    # -- batches ----------------------------------------------------------------------------------
+    def _epoch_batches(self) -> Iterator[tuple[Tensor, Tensor]]:
+        """``(uint8 images on the device, labels)`` of every training batch of this epoch, in order."""
+        cfg, dev = self.config, self.device
+        perm = torch.randperm(self.n_train, generator=self.g_data)
+        index_batches = list(perm.split(cfg.batch_size))[: self.batches_per_epoch]
+        if not self.per_image:
+            for idx in index_batches:
+                idx = idx.to(dev, non_blocking=True)
+                yield self.train_x[idx], self.train_labels[idx]
+            return
+        seeds = torch.randint(0, 2**62, (self.n_train,), generator=self.g_data)
+        keyed = [list(zip(idx.tolist(), seeds[idx].tolist(), strict=True)) for idx in index_batches]
+        if self.loader is not None:
+            self.sampler.batches = keyed
+            for idx, x in zip(index_batches, self.loader, strict=True):
+                yield x.to(dev, non_blocking=True), self.train_labels[idx.to(dev)]
+            return
+        for idx, keys in zip(index_batches, keyed, strict=True):
+            with torch.random.fork_rng(devices=[]), _cpu_threads(torch.device("cpu")):
+                x = torch.stack([self.dataset[k] for k in keys])
+            yield x.to(dev, non_blocking=True), self.train_labels[idx.to(dev)]
+
+    def _augment(self, x: Tensor) -> Tensor:
+        with _cpu_threads(self.device):
+            if self.hba is not None:
+                x = self.hba(x, generator=self.g_aug)
+            x = self.normalise(x)
+            a = self.aug
+            if a["flip"] or a["crop_padding"] or a["cutout"]:
+                x = baseline_augment(x, flip=a["flip"], crop_padding=a["crop_padding"], cutout=a["cutout"],
+                                     generator=self.g_aug)
+        if self.config.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return x
+
+    # -- epoch ------------------------------------------------------------------------------------
+    def run_epoch(self) -> dict[str, Any]:
+        cfg, dev = self.config, self.device
+        start = time.perf_counter()
+        if self.hba is not None:
+            self.hba.set_epoch(self.epoch)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=dev)
+        correct = torch.zeros((), dtype=torch.int64, device=dev)
+        seen = 0
+        lr = cfg.lr
+        for x, y in self._epoch_batches():
+            x = self._augment(x)
+            lr = lr_at(cfg, self.step, self.steps_per_epoch)
+            for group in self.opt.param_groups:
+                group["lr"] = lr
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.amp):
+                logits = self.model(x)
+            loss = F.cross_entropy(logits.float(), y)
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            self.opt.step()
+            self.step += 1
+            with torch.no_grad():
+                loss_sum += loss.detach() * len(y)
+                correct += (logits.argmax(1) == y).sum()
+            seen += len(y)
+            # A sync on accelerators; every step on the CPU, where it is free.
+            if (dev.type == "cpu" or self.step % 50 == 0) and not bool(torch.isfinite(loss_sum)):
+                raise self._diverged(float(loss.detach()), lr)
+            if self.on_step is not None:
+                self.on_step()
+        train_loss = float(loss_sum) / seen
+        if not math.isfinite(train_loss):
+            raise self._diverged(train_loss, lr)
+        self.epoch += 1
+        entry: dict[str, Any] = {
+            "epoch": self.epoch,
+            "lr": lr,
+            "train_loss": train_loss,
+            "train_acc": float(correct) / seen,
+            "train_seconds": time.perf_counter() - start,
+        }
+        if self.epoch == cfg.epochs or (cfg.eval_every and self.epoch % cfg.eval_every == 0):
+            t = time.perf_counter()
+            entry["test_loss"], entry["test_error"] = self.evaluate()
+            entry["test_seconds"] = time.perf_counter() - t
+        entry["seconds"] = time.perf_counter() - start
+        entry["train_images_per_second"] = seen / entry["train_seconds"]
+        return entry
+
+    def evaluate(self) -> tuple[float, float]:
+        cfg = self.config
+        return evaluate_model(self.model, self.test_x, self.test_y, self.normalise,
+                              batch_size=cfg.eval_batch_size, channels_last=cfg.channels_last, amp=cfg.amp)
+
+    def _diverged(self, value: float, lr: float) -> TrainingDivergedError:
+        return TrainingDivergedError(
+            f"training diverged: the loss became {value} in epoch {self.epoch + 1} (step {self.step}, lr {lr:.4g}); "
+            f"no result was written. The last checkpoint holds {self.epoch} completed epoch(s). "
+            "Try a smaller --lr."
+        )
+
+    # -- checkpoint -------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        rng: dict[str, Any] = {"data": self.g_data.get_state(), "augment": self.g_aug.get_state(),
+                               "torch_cpu": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            rng["torch_cuda"] = torch.cuda.get_rng_state_all()
+        return {
+            "format": _CHECKPOINT_FORMAT,
+            "version": _CHECKPOINT_VERSION,
+            "config": self.config.to_dict(),
+            "data_fingerprint": self.fingerprint,
+            "epoch": self.epoch,
+            "step": self.step,
+            "model": self.model.state_dict(),
+            "optimizer": self.opt.state_dict(),
+            "rng": rng,
+            "history": json.loads(json.dumps(self.history)),
+            "wall_seconds": self.wall_seconds,
+            "sessions": self.sessions,
+        }
+
+    def load_state_dict(self, state: dict[str, Any], path: Path) -> None:
+        if state.get("format") != _CHECKPOINT_FORMAT or state.get("version") != _CHECKPOINT_VERSION:
+            raise ValueError(f"{path} is not a version-{_CHECKPOINT_VERSION} hba-augment train checkpoint")
+        saved, current = state["config"], self.config.to_dict()
+        diff = [k for k in current if k not in _RESUME_FREE and saved.get(k) != current[k]]
+        if diff:
+            details = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {current.get(k)!r}" for k in diff)
+            raise ValueError(f"cannot resume from {path}: the settings differ ({details})")
+        if state["data_fingerprint"] != self.fingerprint:
+            raise ValueError(f"cannot resume from {path}: the training/test images differ from the checkpoint's")
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optimizer"])
+        rng = state["rng"]
+        self.g_data.set_state(rng["data"])
+        self.g_aug.set_state(rng["augment"])
+        torch.set_rng_state(rng["torch_cpu"])
+        if self.device.type == "cuda" and "torch_cuda" in rng:
+            torch.cuda.set_rng_state_all(rng["torch_cuda"])
+        self.epoch, self.step = int(state["epoch"]), int(state["step"])
+        self.history = list(state["history"])
+        self.wall_seconds = float(state["wall_seconds"])
+        self.sessions = int(state["sessions"]) + 1
+
+    def save_checkpoint(self, path: Path) -> None:
+        state = self.state_dict()
+        _atomic_write_bytes(path, lambda f: torch.save(state, f))
+
+    def close(self) -> None:
+        # Persistent workers are shut down with their iterator; drop it explicitly.
+        self.loader = None
+
+
+def _versions() -> dict[str, str]:
+    import torchvision
+
+    return {"package_version": __version__, "torch_version": torch.__version__,
+            "torchvision_version": torchvision.__version__}
+
+
+def train_and_evaluate(
+    config: TrainConfig,
+    out_dir: str | os.PathLike[str],
+    *,
+    resume: bool = False,
+    data: tuple[Any, Any] | None = None,
+    command: str | None = None,
+    progress: bool | None = None,
+    log: Callable[[str], None] | None = None,
+    on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
+) -> TrainResult:
+    """Train ``config.model`` with ``config.policy`` and test it; write the files into ``out_dir``.
+
+    Files: ``result.json`` (at the end: ``test_error`` in percent, ``test_loss``, ``history``, ``config``),
+    ``history.jsonl`` (one line per epoch, as it goes) and ``checkpoint.pt`` (after every epoch, atomically).
+
+    Args:
+        config: the run's settings (validated here).
+        out_dir: output folder (created if missing).
+        resume: continue from ``out_dir/checkpoint.pt`` if it exists (else start afresh). Without it, a
+            folder that already holds a checkpoint or a result is refused.
+        data: ``(train, test)`` :class:`~hba_augment.search.data.ImageData` to use instead of loading them
+            (``train_size`` / ``test_size`` are then not applied).
+        command: the command line recorded in the result (``None``: ``sys.argv``).
+        progress: show a tqdm bar (``None``: only when stderr is a terminal).
+        log: receives one line per epoch and status messages (default: print to stderr).
+        on_epoch_end: called with each epoch's history entry after its checkpoint is written.
+
+    Returns:
+        :class:`TrainResult`.
+
+    Raises:
+        ValueError: bad settings, data that does not fit, or an incompatible checkpoint.
+        TrainingDivergedError: a NaN/inf training loss; no result is written.
+    """
+    config.validate()
+    session_start = time.perf_counter()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"result": out / RESULT_FILE, "history": out / HISTORY_FILE, "checkpoint": out / CHECKPOINT_FILE}
+    if log is None:
+        def log(msg: str) -> None:
+            print(msg, file=sys.stderr, flush=True)
+    if not resume:
+        existing = [p.name for key, p in files.items() if key in ("result", "checkpoint") and p.exists()]
+        if existing:
+            raise ValueError(f"{out} already holds {', '.join(existing)}; pass resume=True (--resume) to continue "
+                             "that run, or choose another output folder")
+    if command is None:
+        command = shlex.join(sys.argv)
+    if config.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {config.device!r} requested but CUDA is not available")
+
+    if data is None:
+        train, test, source = load_data(config)
+    else:
+        train, test = data
+        source = "in-memory data passed to train_and_evaluate"
+    trainer = _Trainer(config, train, test, log)
+    ckpt = files["checkpoint"]
+    if resume and ckpt.exists():
+        state = torch.load(ckpt, map_location="cpu", weights_only=True)
+        trainer.load_state_dict(state, ckpt)
+        log(f"resuming {ckpt} after epoch {trainer.epoch} of {config.epochs}")
+    elif resume:
+        log(f"no checkpoint in {out}; starting a new run")
+    trainer.wall_seconds += time.perf_counter() - session_start
+    device_text = describe_device(trainer.device)
+    log(f"train: {config.model}, policy {config.policy}, {trainer.n_train} train / {trainer.n_test} test images, "
+        f"{config.epochs} epochs x {trainer.steps_per_epoch} steps, batch {config.batch_size}, lr {config.lr:g} "
+        f"({config.lr_schedule}), wd {config.wd:g}, device {device_text}")
+
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=config.epochs * trainer.steps_per_epoch, initial=trainer.epoch * trainer.steps_per_epoch,
+               desc=f"train {config.policy}", unit="step", dynamic_ncols=True,
+               disable=None if progress is None else not progress, file=sys.stderr)
+    trainer.on_step = lambda: bar.update(1)
+    try:
+        while trainer.epoch < config.epochs:
+            entry = trainer.run_epoch()
+            trainer.wall_seconds += entry["seconds"]
+            entry["wall_seconds"] = trainer.wall_seconds
+            trainer.history.append(entry)
+            trainer.save_checkpoint(ckpt)
+            _write_metrics(files["history"], trainer.history)
+            remaining = (config.epochs - trainer.epoch) * entry["seconds"]
+            tested = (f" | test loss {entry['test_loss']:.4f} error {entry['test_error']:.2f}%"
+                      if "test_error" in entry else "")
+            line = (f"epoch {entry['epoch']}/{config.epochs}: train loss {entry['train_loss']:.4f} "
+                    f"acc {entry['train_acc']:.3f}{tested} | lr {entry['lr']:.4g} | {entry['seconds']:.1f} s, "
+                    f"ETA {remaining / 60:.1f} min")
+            bar.set_postfix(loss=f"{entry['train_loss']:.3f}")
+            if bar.disable:
+                log(line)
+            else:
+                bar.write(line, file=sys.stderr)
+            if on_epoch_end is not None:
+                on_epoch_end(entry)
+    finally:
+        bar.close()
+        trainer.close()
+
+    last = trainer.history[-1]
+    if "test_error" not in last:  # a run resumed after its last epoch with an older checkpoint
+        last["test_loss"], last["test_error"] = trainer.evaluate()
+    summary = {
+        "test_error": last["test_error"],
+        "test_loss": last["test_loss"],
+        "test_images": trainer.n_test,
+        "train_images": trainer.n_train,
+        "classes": trainer.num_classes,
+        "epochs": trainer.epoch,
+        "wall_seconds": trainer.wall_seconds,
+        "sessions": trainer.sessions,
+        "history": trainer.history,
+        "config": {
+            **config.to_dict(),
+            "augmentation": config.augmentation(),
+            "autoaugment_policy": EVAL_PRESETS[config.preset]["autoaugment_policy"]
+            if trainer.kind == "autoaugment" else None,
+            "num_workers_used": trainer.num_workers,
+            "standardisation": {"mean": trainer.mean.tolist(), "std": trainer.std.tolist()},
+            **_versions(),
+            "device_description": device_text,
+            "torch_threads": torch.get_num_threads(),
+            "command": command,
+            "data_source": source,
+            "data_fingerprint": trainer.fingerprint,
+        },
+    }
+    summary = json.loads(json.dumps(summary, allow_nan=True))
+    text = json.dumps(summary, indent=2, allow_nan=True) + "\n"
+    _atomic_write_bytes(files["result"], lambda f: f.write(text.encode("utf-8")))
+    log(f"test error {summary['test_error']:.2f}% (loss {summary['test_loss']:.4f}) after {trainer.epoch} epochs; "
+        f"wrote {files['result']}")
+    return TrainResult(test_error=summary["test_error"], test_loss=summary["test_loss"], history=trainer.history,
+                       summary=summary, out_dir=out, files=files)
