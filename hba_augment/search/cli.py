@@ -66,50 +66,71 @@ def _nonneg_float(text: str) -> float:
     return value
 
 
+def _preset_table() -> str:
+    from hba_augment.search.loop import DEFAULT_PRESET, PRESETS
+
+    keys = ("epochs", "train_size", "val_size", "lr", "lr_schedule", "lr_milestones", "wd", "hparam_lr", "flip",
+            "crop_padding", "cutout", "image_size", "classes")
+    lines = ["presets (the paper's search settings; every option overrides its preset value):"]
+    for name, values in PRESETS.items():
+        used_by = ", ".join(d for d, p in DEFAULT_PRESET.items() if p == name)
+        shown = ", ".join(f"{k}={values[k]}" for k in keys if k in values)
+        lines.append(f"  {name} (default for {used_by}): {shown}")
+    lines.append("Always (unless given): model wrn-40-2, strategy first-bn, batch 128, sigma 1, t_train 2, t_val 1, "
+                 "SGD momentum 0.9 Nesterov, Adam for the hyperparameters.")
+    return "\n".join(lines)
+
+
 def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     """The argument parser of ``hba-augment search``."""
-    # Choices are spelled out here (not imported) so that --help needs no torch import.
     datasets = ("cifar10", "cifar100", "svhn", "imagefolder")
     strategies = ("first-bn", "first-conv", "bn", "conv", "conv+bn", "all")
     p = argparse.ArgumentParser(
         prog=prog,
         description="Learn an HBA augmentation schedule with the hypernetwork search (Chen & Chang 2021, "
-        "Algorithm 2). Unset options take the preset's value (the paper's settings for the dataset).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        "Algorithm 2). Writes OUT/schedule.json, OUT/metrics.jsonl, OUT/schedule.png and OUT/checkpoint.pt.",
+        epilog=_preset_table(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    preset = " (default: from the preset)"
     g = p.add_argument_group("data")
-    g.add_argument("--dataset", choices=datasets, default="cifar10", help="dataset format")
-    g.add_argument("--data-dir", required=True, help="dataset root (CIFAR: holds cifar-10-batches-py/; "
-                   "imagefolder: a tree or a .tar/.tar.gz archive)")
-    g.add_argument("--train-size", type=_positive_int, help="training images (class-balanced)")
-    g.add_argument("--val-size", type=_positive_int, help="validation images (class-balanced, disjoint)")
-    g.add_argument("--image-size", type=_positive_int, help="resize images to SIZE x SIZE")
-    g.add_argument("--classes", type=_classes, help="use the first N classes, or comma-separated class names")
+    g.add_argument("--dataset", choices=datasets, default="cifar10", help="dataset format (default: cifar10)")
+    g.add_argument("--data-dir", required=True, help="dataset root (CIFAR: the folder holding cifar-10-batches-py/; "
+                   "imagefolder: a tree or a .tar/.tar.gz archive of one)")
+    g.add_argument("--train-size", type=_positive_int, help="training images, class-balanced" + preset)
+    g.add_argument("--val-size", type=_positive_int, help="validation images, class-balanced, disjoint" + preset)
+    g.add_argument("--image-size", type=_positive_int, help="resize images to SIZE x SIZE" + preset)
+    g.add_argument("--classes", type=_classes, help="the first N classes, or comma-separated class names" + preset)
     g.add_argument("--download", action="store_true", help="download CIFAR/SVHN into --data-dir if missing")
     g = p.add_argument_group("search")
     g.add_argument("--preset", choices=("cifar10", "svhn", "imagenet"),
                    help="settings preset (default: cifar10 for CIFAR, svhn for SVHN, imagenet for imagefolder)")
-    g.add_argument("--model", default="wrn-40-2", help="model, e.g. wrn-40-2, wrn-28-10, wrn-10-1")
-    g.add_argument("--strategy", choices=strategies, default="first-bn", help="layers that get hyper-layers")
-    g.add_argument("--epochs", type=_positive_int, help="search epochs (= schedule entries)")
-    g.add_argument("--batch-size", type=_positive_int, default=128, help="batch size")
-    g.add_argument("--lr", type=_nonneg_float, help="SGD learning rate of the network")
-    g.add_argument("--lr-schedule", choices=("cosine", "step", "constant"), help="SGD learning-rate schedule")
-    g.add_argument("--lr-milestones", type=_milestones, help="epochs of the x0.1 drops of --lr-schedule step")
-    g.add_argument("--wd", type=_nonneg_float, help="weight decay")
-    g.add_argument("--hparam-lr", type=_nonneg_float, help="Adam learning rate of the augmentation hyperparameters")
-    g.add_argument("--sigma", type=_nonneg_float, default=1.0, help="std of the per-image perturbation")
-    g.add_argument("--t-train", type=_positive_int, default=2, help="SGD steps per outer iteration")
-    g.add_argument("--t-val", type=_nonneg_int, default=1, help="hyperparameter steps per outer iteration")
-    g.add_argument("--cutout", type=_nonneg_int, help="Cutout size after the policy (0: none)")
-    g.add_argument("--crop-padding", type=_nonneg_int, help="padding of the random crop (0: no crop)")
-    g.add_argument("--no-flip", dest="flip", action="store_false", default=None, help="no random horizontal flip")
-    g.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the split, the model and all random draws")
-    g.add_argument("--device", default="auto", help="torch device; auto = cuda if available, else cpu")
+    g.add_argument("--model", default="wrn-40-2", help="model, e.g. wrn-40-2, wrn-28-10, wrn-10-1 (default: wrn-40-2)")
+    g.add_argument("--strategy", choices=strategies, default="first-bn",
+                   help="layers that get hyper-layers (default: first-bn)")
+    g.add_argument("--epochs", type=_positive_int, help="search epochs = schedule entries" + preset)
+    g.add_argument("--batch-size", type=_positive_int, default=128, help="batch size (default: 128)")
+    g.add_argument("--lr", type=_nonneg_float, help="SGD learning rate of the network" + preset)
+    g.add_argument("--lr-schedule", choices=("cosine", "step", "constant"), help="SGD learning-rate schedule" + preset)
+    g.add_argument("--lr-milestones", type=_milestones, help="epochs of the x0.1 drops of 'step', e.g. 90,180,240"
+                   + preset)
+    g.add_argument("--wd", type=_nonneg_float, help="weight decay" + preset)
+    g.add_argument("--hparam-lr", type=_nonneg_float, help="Adam learning rate of the hyperparameters" + preset)
+    g.add_argument("--sigma", type=_nonneg_float, default=1.0, help="std of the per-image perturbation (default: 1)")
+    g.add_argument("--t-train", type=_positive_int, default=2, help="SGD steps per outer iteration (default: 2)")
+    g.add_argument("--t-val", type=_nonneg_int, default=1, help="hyperparameter steps per outer iteration (default: 1)")
+    g.add_argument("--cutout", type=_nonneg_int, help="Cutout size after the policy, 0 for none" + preset)
+    g.add_argument("--crop-padding", type=_nonneg_int, help="padding of the random crop, 0 for no crop" + preset)
+    g.add_argument("--no-flip", dest="flip", action="store_false", default=None,
+                   help="no random horizontal flip (default: from the preset)")
+    g.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the split, the model and all draws (default: 0)")
+    g.add_argument("--device", default="auto", help="torch device (default: auto = cuda if available, else cpu)")
     g.add_argument("--threads", type=_positive_int, help="torch CPU threads (default: torch's choice)")
+    g.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
+                   help="channels-last memory format (default: on for CPU, off otherwise)")
     g = p.add_argument_group("output")
-    g.add_argument("--out", required=True, help="output folder: schedule.json, metrics.jsonl, schedule.png, "
-                   "checkpoint.pt")
+    g.add_argument("--out", required=True, help="output folder (schedule.json, metrics.jsonl, schedule.png, "
+                   "checkpoint.pt)")
     g.add_argument("--name", help="schedule name (default: the preset's name)")
     g.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt if it exists")
     g.add_argument("--no-plot", dest="plot", action="store_false", help="do not write schedule.png")
@@ -133,6 +154,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "hba-augment search") ->
     device = args.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        # Fixed shapes all run long: let cuDNN pick the fastest kernels.
+        torch.backends.cudnn.benchmark = True
     try:
         config = SearchConfig.from_preset(
             args.preset, dataset=args.dataset, data_dir=args.data_dir, model=args.model, strategy=args.strategy,
@@ -141,6 +165,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "hba-augment search") ->
             hparam_lr=args.hparam_lr, sigma=args.sigma, t_train=args.t_train, t_val=args.t_val, seed=args.seed,
             device=device, image_size=args.image_size, classes=args.classes, download=args.download or None,
             flip=args.flip, crop_padding=args.crop_padding, cutout=args.cutout, name=args.name,
+            channels_last=args.channels_last,
         )
         if args.name is None:
             config.name = config.preset

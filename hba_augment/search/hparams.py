@@ -65,6 +65,11 @@ def _bounds(dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
     return lo_c.to(device), hi_c.to(device)
 
 
+@functools.lru_cache(maxsize=8)
+def _magnitude_index(device: torch.device) -> Tensor:
+    return torch.tensor(MAGNITUDE_OPS, device=device)
+
+
 def init_hparams(*, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> Tensor:
     """The initial ``lambda``: every entry ``logit(0.05)`` (SPEC section 3).
 
@@ -98,7 +103,7 @@ def hparams_to_policy(hparams: Tensor) -> tuple[Tensor, Tensor]:
     raw = hparams[..., NUM_PROB_HPARAMS:].reshape(*lead, NUM_COPIES, len(MAGNITUDE_OPS))
     values = torch.minimum(torch.maximum(lo + (hi - lo) * torch.sigmoid(raw), lo), hi)
     mag = hparams.new_full((*lead, NUM_COPIES, NUM_OPS), math.nan)
-    mag = mag.index_copy(-1, torch.tensor(MAGNITUDE_OPS, device=hparams.device), values)
+    mag = mag.index_copy(-1, _magnitude_index(hparams.device), values)
     return prob, mag
 
 

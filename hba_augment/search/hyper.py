@@ -182,22 +182,25 @@ class HyperConv2d(HyperLayer):
     def forward(self, x: Tensor, hparams: Tensor | None = None) -> Tensor:
         hparams = self._resolve(x, hparams)
         scale = self._scale(hparams, self.weight_v)
-        bias = None
-        if self.bias is not None:
-            bias = self.bias + self._scale(hparams, self.bias_v) * self.bias_u
         if hparams.dim() == 1:
             # One lambda for the whole batch: fold the scale into the filters (one conv of c_out channels).
             weight = self.weight + scale[:, None, None, None] * self.weight_u
+            bias = None if self.bias is None else self.bias + self._scale(hparams, self.bias_v) * self.bias_u
             return self._conv(x, weight, bias, self.groups)
-        # Per-example lambda: one conv with [phi_0; phi_U] stacked per group along the output channels.
+        # Per-example lambda: one conv with [phi_0; phi_U] stacked per group along the output channels
+        # (phi_0's bias rides along), then the per-example scale and bias terms.
         g, out = self.groups, self.out_channels
         w0 = self.weight.reshape(g, out // g, *self.weight.shape[1:])
         wu = self.weight_u.reshape(g, out // g, *self.weight.shape[1:])
-        both = self._conv(x, torch.cat([w0, wu], dim=1).reshape(2 * out, *self.weight.shape[1:]), None, g)
-        both = both.unflatten(1, (g, 2, out // g))
+        weight = torch.cat([w0, wu], dim=1).reshape(2 * out, *self.weight.shape[1:])
+        bias = None
+        if self.bias is not None:
+            b0 = self.bias.reshape(g, out // g)
+            bias = torch.cat([b0, torch.zeros_like(b0)], dim=1).reshape(2 * out)
+        both = self._conv(x, weight, bias, g).unflatten(1, (g, 2, out // g))
         y = both[:, :, 0].flatten(1, 2) + scale[:, :, None, None] * both[:, :, 1].flatten(1, 2)
-        if bias is not None:
-            y = y + bias[:, :, None, None]
+        if self.bias is not None:
+            y = y + (self._scale(hparams, self.bias_v) * self.bias_u)[:, :, None, None]
         return y
 
     def extra_repr(self) -> str:
@@ -267,18 +270,17 @@ class HyperLinear(HyperLayer):
     def forward(self, x: Tensor, hparams: Tensor | None = None) -> Tensor:
         hparams = self._resolve(x, hparams)
         scale = self._scale(hparams, self.weight_v)
-        bias = None
-        if self.bias is not None:
-            bias = self.bias + self._scale(hparams, self.bias_v) * self.bias_u
         if hparams.dim() == 1:
+            bias = None if self.bias is None else self.bias + self._scale(hparams, self.bias_v) * self.bias_u
             return F.linear(x, self.weight + scale[:, None] * self.weight_u, bias)
-        both = F.linear(x, torch.cat([self.weight, self.weight_u], dim=0))
+        bias = None if self.bias is None else torch.cat([self.bias, torch.zeros_like(self.bias)])
+        both = F.linear(x, torch.cat([self.weight, self.weight_u], dim=0), bias)
         y0, yu = both.split(self.out_features, dim=-1)
         # (B, out) -> (B, 1, ..., 1, out) to broadcast over any middle dimensions of x.
         shape = (x.shape[0],) + (1,) * (x.dim() - 2) + (self.out_features,)
         y = y0 + scale.reshape(shape) * yu
-        if bias is not None:
-            y = y + bias.reshape(shape)
+        if self.bias is not None:
+            y = y + (self._scale(hparams, self.bias_v) * self.bias_u).reshape(shape)
         return y
 
     def extra_repr(self) -> str:

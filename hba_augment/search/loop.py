@@ -137,6 +137,8 @@ class SearchConfig:
         image_size, classes, download: passed to ``load_dataset``.
         flip, crop_padding, cutout: the baseline augmentation after the policy (``0`` disables).
         count_probs: distribution of the number of ops per image (SPEC section 2).
+        channels_last: keep activations in channels-last memory format (``None``: on CPU only, where it
+            measured about 15% faster for WRN-40-2; a layout choice, results agree up to rounding).
         name: the schedule's name.
         preset: the preset these defaults came from (recorded in the provenance).
     """
@@ -169,6 +171,7 @@ class SearchConfig:
     crop_padding: int = 4
     cutout: int = 16
     count_probs: tuple[float, ...] = (0.2, 0.3, 0.5)
+    channels_last: bool | None = None
     name: str = "custom"
     preset: str = "cifar10"
 
@@ -280,9 +283,10 @@ def baseline_augment(
     """Random horizontal flip, zero-padded random crop and Cutout, per image, as batched tensor ops.
 
     PBA's ``random_flip(zero_pad_and_crop(x, 4))`` then ``cutout_numpy(x, 16)``: the crop window is a
-    uniform offset in ``[0, 2 * crop_padding]`` of the padded image (same size as the input); Cutout
-    zeroes rows ``[max(0, cy - s//2), min(H, cy + s//2))`` and likewise columns, with ``(cy, cx)`` uniform
-    over the pixels. Flip and crop are one gather.
+    uniform offset in ``[0, 2 * crop_padding]`` of the padded image (same size as the input), the crop is
+    flipped with probability 0.5, and Cutout zeroes rows ``[max(0, cy - s//2), min(H, cy + s//2))`` and
+    likewise columns, with ``(cy, cx)`` uniform over the pixels. Crop and flip are one gather. Random
+    draws, in order: flips ``(B,)`` uniforms, crop offsets ``(B, 2)``, Cutout rows ``(B,)``, columns ``(B,)``.
 
     Args:
         images: float ``(B, C, H, W)`` (standardised, so zero is the mean colour).
@@ -303,9 +307,9 @@ def baseline_augment(
         offsets = torch.randint(0, 2 * p + 1, (b, 2), generator=generator, device=dev)
         padded = F.pad(images, (p, p, p, p)) if p else images
         rows = torch.arange(h, device=dev) + offsets[:, :1]  # (B, H) into the padded image
-        cols = torch.arange(w, device=dev) + offsets[:, 1:]
-        # Flipping the padded image and cropping equals cropping at the mirrored column positions.
-        cols = torch.where(flips[:, None], (w + 2 * p - 1) - cols, cols)
+        ar_w = torch.arange(w, device=dev)
+        # Crop, then flip the crop: output column j reads crop column (w - 1 - j) of a flipped image.
+        cols = torch.where(flips[:, None], (w - 1) - ar_w, ar_w) + offsets[:, 1:]
         out = padded.gather(2, rows[:, None, :, None].expand(b, c, h, w + 2 * p))
         out = out.gather(3, cols[:, None, None, :].expand(b, c, h, w))
     if cutout:
@@ -361,6 +365,10 @@ def _fingerprint(*tensors: Tensor) -> str:
 def _atomic_write_bytes(path: Path, write: Callable[[Any], None]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp creates the file as 0600; give it the permissions an ordinary open() would.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -389,6 +397,21 @@ def _load_data(config: SearchConfig) -> tuple[Any, Any, str]:
                          f"train_size {config.train_size} + val_size {config.val_size} do not fit")
     source = f"{config.dataset} train split at {Path(config.data_dir).expanduser().resolve()}"
     return train, val, source
+
+
+def _channel_stats(images: Tensor, chunk: int = 4096) -> tuple[Tensor, Tensor]:
+    """Per-channel mean and standard deviation of uint8 images on the 0..1 scale (float64 sums, chunked)."""
+    n, c = images.shape[0], images.shape[1]
+    total = torch.zeros(c, dtype=torch.float64)
+    squares = torch.zeros(c, dtype=torch.float64)
+    for start in range(0, n, chunk):
+        x = images[start : start + chunk].to("cpu", torch.float64).div_(255.0)
+        total += x.sum(dim=(0, 2, 3))
+        squares += x.square().sum(dim=(0, 2, 3))
+    count = n * images.shape[2] * images.shape[3]
+    mean = total / count
+    var = (squares / count - mean.square()).clamp_min(0.0) * count / max(count - 1, 1)
+    return mean.float(), var.sqrt().clamp_min(1e-3).float()
 
 
 class _ValStream:
@@ -429,9 +452,7 @@ class _Search:
             raise ValueError(f"need at least 2 training and 2 validation images, got {self.n_train} and {self.n_val}")
         self.fingerprint = _fingerprint(train.images, train.labels, val.images, val.labels)
         # Standardisation statistics of the (reduced) training split.
-        x64 = train.images.double() / 255.0
-        self.mean = x64.mean(dim=(0, 2, 3)).float()
-        self.std = x64.std(dim=(0, 2, 3)).clamp_min(1e-3).float()
+        self.mean, self.std = _channel_stats(train.images)
         self._scale = (1.0 / (255.0 * self.std)).to(dev)[None, :, None, None]
         self._shift = (-self.mean / self.std).to(dev)[None, :, None, None]
 
@@ -441,11 +462,15 @@ class _Search:
         self.val_batch = min(b, self.n_val)
 
         # Model initialisation from the seed without disturbing the caller's global RNG.
+        # (Models are built on the CPU, so only the CPU generator is seeded, and restored afterwards.)
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(config.seed)
+            torch.default_generator.manual_seed(config.seed)
             model = create_model(config.model, self.num_classes)
             self.hm: HyperModel = hyperize(model, NUM_HPARAMS, config.strategy, inplace=True)
+        self.channels_last = dev.type == "cpu" if config.channels_last is None else bool(config.channels_last)
         self.hm.to(dev).train()
+        if self.channels_last:
+            self.hm.to(memory_format=torch.channels_last)
         self.hparams = init_hparams(device=dev).requires_grad_(True)
         self.opt = torch.optim.SGD(self.hm.parameters(), lr=config.lr, momentum=config.momentum,
                                    nesterov=config.nesterov, weight_decay=config.wd)
@@ -469,6 +494,9 @@ class _Search:
     def normalise(self, x: Tensor) -> Tensor:
         return torch.addcmul(self._shift, x.float(), self._scale)
 
+    def _layout(self, x: Tensor) -> Tensor:
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
+
     # -- steps ------------------------------------------------------------------------------------
     def train_step(self, idx: Tensor, acc: dict[str, Tensor]) -> None:
         cfg = self.config
@@ -484,7 +512,7 @@ class _Search:
         lr = lr_at(cfg, self.step, self.steps_per_epoch)
         for group in self.opt.param_groups:
             group["lr"] = lr
-        logits = self.hm(x, lam)
+        logits = self.hm(self._layout(x), lam)
         loss = F.cross_entropy(logits, y)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -497,7 +525,7 @@ class _Search:
 
     def val_step(self, acc: dict[str, Tensor]) -> None:
         idx = self.val_stream.next().to(self.device, non_blocking=True)
-        x, y = self.normalise(self.val_x[idx]), self.val_y[idx]
+        x, y = self._layout(self.normalise(self.val_x[idx])), self.val_y[idx]
         with _frozen_bn_statistics(self.hm):
             logits = self.hm(x, self.hparams)
         loss = F.cross_entropy(logits, y)
@@ -514,7 +542,7 @@ class _Search:
     def run_epoch(self) -> dict[str, Any]:
         cfg = self.config
         start = time.perf_counter()
-        zeros = {k: torch.zeros((), device=self.device, dtype=torch.float64)
+        zeros = {k: torch.zeros((), device=self.device)
                  for k in ("train_loss", "train_correct", "train_n", "val_loss", "val_correct", "val_n")}
         perm = torch.randperm(self.n_train, generator=self.g_data)
         batches = list(perm.split(cfg.batch_size))
@@ -541,7 +569,7 @@ class _Search:
         if not bool(torch.isfinite(self.hparams).all()):
             raise self._diverged("lambda")
         with torch.no_grad():
-            prob, mag = hparams_to_policy(self.hparams.detach().double().cpu())
+            prob, mag = hparams_to_policy(self.hparams.detach().cpu().double())
         self.prob_history.append(prob)
         self.mag_history.append(mag)
         self.epoch += 1
@@ -549,7 +577,7 @@ class _Search:
         lo = torch.tensor([OPS[k].low for k in MAGNITUDE_OPS], dtype=torch.float64)
         hi = torch.tensor([OPS[k].high for k in MAGNITUDE_OPS], dtype=torch.float64)
         frac = (mag[:, list(MAGNITUDE_OPS)] - lo) / (hi - lo)
-        lam = self.hparams.detach().double().cpu()
+        lam = self.hparams.detach().cpu().double()
         return {
             "epoch": self.epoch - 1,
             "train_loss": train_loss,
@@ -573,11 +601,13 @@ class _Search:
 
     def _diverged(self, what: str, value: float | None = None) -> SearchDivergedError:
         shown = "" if value is None else f" ({value})"
+        kept = (f"The last good checkpoint holds {self.epoch} epoch(s)." if self.epoch
+                else "No checkpoint was written.")
         lr = lr_at(self.config, max(self.step - 1, 0), self.steps_per_epoch)
         return SearchDivergedError(
             f"search diverged: non-finite {what}{shown} in epoch {self.epoch} (SGD lr {lr:.4g}, "
             f"hparam lr {self.config.hparam_lr:g}); no schedule was written. Try a smaller --lr or "
-            f"--hparam-lr. The last good checkpoint holds {self.epoch} epoch(s)."
+            f"--hparam-lr. {kept}"
         )
 
     # -- schedule ---------------------------------------------------------------------------------
@@ -610,6 +640,7 @@ class _Search:
             "sigma": cfg.sigma,
             "t_train": cfg.t_train,
             "t_val": cfg.t_val,
+            "channels_last": self.channels_last,
             "baseline": {"flip": cfg.flip, "crop_padding": cfg.crop_padding, "cutout": cfg.cutout},
             "sessions": self.sessions,
             "final_val_loss": self.metrics[-1]["val_loss"] if self.metrics else None,

@@ -74,3 +74,36 @@ def _wrn(depth: str, width: str, *, num_classes: int) -> nn.Module:
 
 register_model("wrn", r"wrn-(\d+)-(\d+)", _wrn, ("wrn-10-1", "wrn-16-1", "wrn-28-10", "wrn-40-2"),
                "wrn-<depth>-<width>")
+
+
+def _shake_shake(depth: str, width: str, *, num_classes: int) -> nn.Module:
+    from hba_augment.search.models.shake_shake import shake_shake
+
+    return shake_shake(int(depth), int(width), num_classes)
+
+
+def _pyramidnet(depth: str, alpha: str, *, num_classes: int) -> nn.Module:
+    from hba_augment.search.models.pyramidnet import pyramidnet
+
+    return pyramidnet(int(depth), int(alpha), num_classes)
+
+
+def _resnet(depth: str, *, num_classes: int) -> nn.Module:
+    from hba_augment.search.models.resnet import resnet
+
+    return resnet(int(depth), num_classes)
+
+
+def _alexnet_stn(*, num_classes: int) -> nn.Module:
+    from hba_augment.search.models.alexnet import alexnet_stn
+
+    return alexnet_stn(num_classes)
+
+
+register_model("shake-shake", r"shake-shake-(\d+)-2x(\d+)d", _shake_shake,
+               ("shake-shake-26-2x32d", "shake-shake-26-2x96d", "shake-shake-26-2x112d"),
+               "shake-shake-<depth>-2x<width>d")
+register_model("pyramidnet", r"pyramidnet-(\d+)-(\d+)", _pyramidnet, ("pyramidnet-272-200",),
+               "pyramidnet-<depth>-<alpha> (bottleneck, ShakeDrop)")
+register_model("resnet", r"resnet-(\d+)", _resnet, ("resnet-50",), "resnet-<18|34|50|101|152>")
+register_model("alexnet-stn", r"alexnet-stn", _alexnet_stn, ("alexnet-stn",), "alexnet-stn")
