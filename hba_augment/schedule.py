@@ -13,7 +13,6 @@ import math
 import numbers
 import operator
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ._io import atomic_open
 from .functional._table import NUM_OPS, OP_NAMES, OPS
 
 __all__ = ["Schedule"]
@@ -390,19 +390,8 @@ class Schedule:
         """
         path = Path(path)
         text = self.to_json()
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        with atomic_open(path, "w", encoding="utf-8") as f:
+            f.write(text)
 
     # ------------------------------------------------------------------ lookup
     def index(self, epoch: int, total_epochs: int | None = None) -> int:

@@ -43,6 +43,8 @@ import numpy as np
 import torch
 from PIL import Image
 
+from hba_augment._io import atomic_open
+
 __all__ = [
     "DATASETS",
     "IMG_EXTENSIONS",
@@ -751,19 +753,13 @@ def _read_cache(file: Path) -> ImageData | None:
 
 def _write_cache(file: Path, data: ImageData) -> None:
     file.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=f".{file.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(
-                f,
-                images=data.images.numpy(),
-                labels=data.labels.numpy(),
-                classes=np.array(data.classes, dtype=str),
-            )
-        os.replace(tmp, file)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(file) as f:
+        np.savez(
+            f,
+            images=data.images.numpy(),
+            labels=data.labels.numpy(),
+            classes=np.array(data.classes, dtype=str),
+        )
 
 
 def _load_imagefolder(
@@ -823,33 +819,27 @@ def _fetch(res: Resource, dest: Path, *, timeout: float, progress: bool) -> None
     """Stream ``res.url`` to ``dest`` through a temporary file; md5-verified, then os.replace."""
     from tqdm.auto import tqdm
 
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    try:
-        h = hashlib.md5(usedforsecurity=False)
-        request = urllib.request.Request(res.url, headers={"User-Agent": "hba-augment"})
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(request, timeout=timeout) as resp:
-            total = resp.headers.get("Content-Length")
-            with tqdm(
-                total=int(total) if total else None,
-                unit="B",
-                unit_scale=True,
-                desc=res.filename,
-                disable=not progress,
-            ) as bar:
-                for chunk in _iter_chunks(resp.read):
-                    out.write(chunk)
-                    h.update(chunk)
-                    bar.update(len(chunk))
+    h = hashlib.md5(usedforsecurity=False)
+    request = urllib.request.Request(res.url, headers={"User-Agent": "hba-augment"})
+    # An exception inside the block (a bad checksum included) discards the temporary file.
+    with atomic_open(dest) as out, urllib.request.urlopen(request, timeout=timeout) as resp:
+        total = resp.headers.get("Content-Length")
+        with tqdm(
+            total=int(total) if total else None,
+            unit="B",
+            unit_scale=True,
+            desc=res.filename,
+            disable=not progress,
+        ) as bar:
+            for chunk in _iter_chunks(resp.read):
+                out.write(chunk)
+                h.update(chunk)
+                bar.update(len(chunk))
         digest = h.hexdigest()
         if digest != res.md5:
             raise ValueError(
                 f"checksum mismatch for {res.url}: expected md5 {res.md5}, got {digest}; the file was discarded"
             )
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _iter_chunks(read: Callable[[int], bytes]) -> Iterator[bytes]:

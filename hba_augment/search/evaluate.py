@@ -57,12 +57,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from hba_augment._io import atomic_open
 from hba_augment._version import __version__
 from hba_augment.search.loop import (
     PRESETS as SEARCH_PRESETS,
 )
 from hba_augment.search.loop import (
-    _atomic_write_bytes,
     _fingerprint,
     _write_metrics,
     baseline_augment,
@@ -729,7 +729,8 @@ class _Trainer:
 
     def save_checkpoint(self, path: Path) -> None:
         state = self.state_dict()
-        _atomic_write_bytes(path, lambda f: torch.save(state, f))
+        with atomic_open(path) as f:
+            torch.save(state, f)
 
     def close(self) -> None:
         # Persistent workers are shut down with their iterator; drop it explicitly.
@@ -876,7 +877,8 @@ def train_and_evaluate(
     }
     summary = json.loads(json.dumps(summary, allow_nan=True))
     text = json.dumps(summary, indent=2, allow_nan=True) + "\n"
-    _atomic_write_bytes(files["result"], lambda f: f.write(text.encode("utf-8")))
+    with atomic_open(files["result"], "w", encoding="utf-8") as f:
+        f.write(text)
     log(f"test error {summary['test_error']:.2f}% (loss {summary['test_loss']:.4f}) after {trainer.epoch} epochs; "
         f"wrote {files['result']}")
     return TrainResult(test_error=summary["test_error"], test_loss=summary["test_loss"], history=trainer.history,

@@ -43,7 +43,6 @@ import os
 import platform
 import shlex
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -55,6 +54,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hba_augment import functional
+from hba_augment._io import atomic_open
 from hba_augment._version import __version__
 from hba_augment.functional._table import MAGNITUDE_OPS, OPS
 from hba_augment.schedule import Schedule
@@ -362,27 +362,10 @@ def _fingerprint(*tensors: Tensor) -> str:
     return h.hexdigest()[:16]
 
 
-def _atomic_write_bytes(path: Path, write: Callable[[Any], None]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        # mkstemp creates the file as 0600; give it the permissions an ordinary open() would.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def _write_metrics(path: Path, metrics: Sequence[dict[str, Any]]) -> None:
     text = "".join(json.dumps(m, sort_keys=False) + "\n" for m in metrics)
-    _atomic_write_bytes(path, lambda f: f.write(text.encode("utf-8")))
+    with atomic_open(path, "w", encoding="utf-8") as f:
+        f.write(text)
 
 
 def _load_data(config: SearchConfig) -> tuple[Any, Any, str]:
@@ -713,7 +696,8 @@ class _Search:
 
     def save_checkpoint(self, path: Path) -> None:
         state = self.state_dict()
-        _atomic_write_bytes(path, lambda f: torch.save(state, f))
+        with atomic_open(path) as f:
+            torch.save(state, f)
 
     data_source: str = ""
 
