@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import functools
-import math
+import weakref
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 from torchvision.transforms import InterpolationMode
 
-from ._kernels import KernelContext, affine
+from ._kernels import KernelContext, affine, nearest_index, warp_nearest
 from ._table import NUM_OPS, OPS
-from ._validation import Fill, check_images, fill_levels, from_levels, interpolation_mode, to_levels
+from ._validation import (
+    Fill,
+    check_images,
+    compute_dtype,
+    fill_levels,
+    from_levels,
+    interpolation_mode,
+    to_levels,
+)
 
 __all__ = ["DEFAULT_COUNT_PROBS", "NUM_COPIES", "augment", "check_count_probs"]
 
@@ -20,29 +29,66 @@ __all__ = ["DEFAULT_COUNT_PROBS", "NUM_COPIES", "augment", "check_count_probs"]
 DEFAULT_COUNT_PROBS: tuple[float, ...] = (0.2, 0.3, 0.5)
 #: Each op appears in the policy twice (PBA's "two copies"), making 30 slots.
 NUM_COPIES = 2
+_SLOTS = NUM_COPIES * NUM_OPS
 
 # Op application order inside one step: all geometric ops first (they share one warp), then the rest in
-# table order, then "no op". _SORT_KEY[op + 1] is the position of op (-1 meaning none) in that order.
+# table order, then "no op" (group _NO_OP_GROUP).
 _GEOMETRIC = tuple(i for i, spec in enumerate(OPS) if spec.geometric)
 _OTHERS = tuple(i for i, spec in enumerate(OPS) if not spec.geometric)
 _ORDER = (*_GEOMETRIC, *_OTHERS)
-_SORT_KEY = [len(_ORDER)] + [_ORDER.index(i) for i in range(NUM_OPS)]
+_NO_OP_GROUP = len(_ORDER)
+
+# What an image does at a step is a code: ``f = slot + 30 * flip`` picks the slot's magnitude from the
+# policy's magnitude table, whose second half holds the magnitudes a sign flip gives (negated for the
+# signed ops), and ``code = f + 60`` if the step applies the slot, else ``f``.
+_TABLE = 2 * _SLOTS
+
+
+def _op_of(f: int) -> int:
+    return (f % _SLOTS) % NUM_OPS
+
+
+#: Group (position of the op in _ORDER, or _NO_OP_GROUP) of each code.
+_GROUP_OF_CODE = (_NO_OP_GROUP,) * _TABLE + tuple(_ORDER.index(_op_of(f)) for f in range(_TABLE))
+#: Table entries ``f`` of the geometric ops, grouped by op: the rows of a policy's warp maps.
+_WARP_ENTRIES = tuple(f for op in _GEOMETRIC for f in range(_TABLE) if _op_of(f) == op)
+#: Row of the warp maps for each code (0 for codes that apply no geometric op: never used).
+_WARP_ROW_OF_CODE = tuple(
+    _WARP_ENTRIES.index(c - _TABLE) if c - _TABLE in _WARP_ENTRIES else 0 for c in range(2 * _TABLE)
+)
+#: Warp maps are kept for images of at most this many pixels (20 int64 maps of 64 Ki pixels: 10 MiB).
+_WARP_MAX_PIXELS = 1 << 16
 
 
 @functools.lru_cache(maxsize=8)
-def _constants(device: torch.device) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Per-device tables: signed flag per op, sort key per op (+1), magnitude bounds per slot."""
-    signed = torch.tensor([spec.signed for spec in OPS], device=device)
-    sort_key = torch.tensor(_SORT_KEY, device=device)
-    low = [spec.low if spec.has_magnitude else -math.inf for spec in OPS] * NUM_COPIES
-    high = [spec.high if spec.has_magnitude else math.inf for spec in OPS] * NUM_COPIES
-    return signed, sort_key, torch.tensor(low, device=device), torch.tensor(high, device=device)
+def _constants(device: torch.device) -> tuple[Tensor, ...]:
+    """Per-device tables: ``sign`` ``(30,)``, the factor a sign flip applies to each slot's magnitude (-1
+    for the signed ops, else 1); ``_GROUP_OF_CODE`` and ``_WARP_ROW_OF_CODE`` ``(120,)``; and, per
+    prob-then-mag entry of a ``(B, 60)`` policy, the lower and upper bounds and whether the entry is free
+    (the magnitude of an op without one)."""
+    specs = [OPS[s % NUM_OPS] for s in range(_SLOTS)]
+    sign = torch.tensor([-1.0 if spec.signed else 1.0 for spec in specs], device=device)
+    low = [0.0] * _SLOTS + [spec.low if spec.has_magnitude else 0.0 for spec in specs]
+    high = [1.0] * _SLOTS + [spec.high if spec.has_magnitude else 0.0 for spec in specs]
+    free = [False] * _SLOTS + [not spec.has_magnitude for spec in specs]
+    return (
+        sign,
+        torch.tensor(_GROUP_OF_CODE, device=device),
+        torch.tensor(_WARP_ROW_OF_CODE, device=device),
+        torch.tensor(low, device=device),
+        torch.tensor(high, device=device),
+        torch.tensor(free, device=device),
+    )
 
 
 @functools.lru_cache(maxsize=8)
-def _count_edges(count_probs: tuple[float, ...], device: torch.device) -> Tensor:
-    """Cumulative probabilities but the last: K is the number of them that a uniform draw reaches."""
-    return torch.tensor(count_probs, dtype=torch.float64).cumsum(0)[:-1].float().to(device)
+def _count_edges(count_probs: tuple[float, ...], device: torch.device) -> tuple[Tensor, int]:
+    """Validate ``count_probs``; return the cumulative probabilities but the last, at most one per slot,
+    and their number (the number of steps). Step ``j`` (from 0) may apply an op iff the image's uniform
+    draw reaches ``edges[j]``, i.e. iff its K exceeds ``j``."""
+    values = check_count_probs(count_probs)
+    edges = torch.tensor(values, dtype=torch.float64).cumsum(0)[:-1][:_SLOTS]
+    return edges.float().to(device), len(edges)
 
 
 def check_count_probs(count_probs: Sequence[float]) -> tuple[float, ...]:
@@ -75,18 +121,75 @@ def _check_policy(prob: Tensor, mag: Tensor, device: torch.device) -> None:
     One host synchronisation for all checks (NaN fails every comparison, so it is caught too); the
     message is only built on failure.
     """
-    _, _, low, high = _constants(device)
-    bad_prob = ~((prob >= 0) & (prob <= 1))
-    bad_mag = ~((mag >= low) & (mag <= high)) & torch.isfinite(high)
-    if not bool(torch.cat([bad_prob.flatten(), bad_mag.flatten()]).any()):
+    low, high, free = _constants(device)[3:]
+    values = torch.cat(torch.broadcast_tensors(prob, mag), dim=1)
+    bad = ~((values >= low) & (values <= high) | free)
+    if not bool(bad.any()):
         return
-    name, bad, values = ("prob", bad_prob, prob) if bool(bad_prob.any()) else ("mag", bad_mag, mag)
-    image, slot = (int(i) for i in bad.nonzero()[0])
+    image, entry = (int(i) for i in bad.nonzero()[0])
+    name, slot = ("prob", entry) if entry < _SLOTS else ("mag", entry - _SLOTS)
     spec = OPS[slot % NUM_OPS]
     allowed = "[0, 1]" if name == "prob" else f"[{spec.low:g}, {spec.high:g}]"
     raise ValueError(
-        f"{name} of {spec.name} (copy {slot // NUM_OPS}) must lie in {allowed}, got {values[image, slot].item()!r}"
+        f"{name} of {spec.name} (copy {slot // NUM_OPS}) must lie in {allowed}, got {values[image, entry].item()!r}"
     )
+
+
+class _Policy(NamedTuple):
+    """A checked policy: ``prob`` ``(1 or B, 30)``; ``table`` ``(1 or B, 60)``, each slot's magnitude and
+    then its magnitude after a sign flip; and, for a policy shared by the batch, the NEAREST warp maps of
+    its geometric table entries per image size (built on first use, see :func:`_warp_maps`)."""
+
+    prob: Tensor
+    table: Tensor
+    warps: dict[tuple[int, int], Tensor]
+
+
+# The last few policies that passed the check: (prob, mag, (their versions, device, batch), _Policy),
+# newest first. A transform calls augment() with the same two tensors for a whole epoch; checking them
+# once saves a dozen small ops on every call for single images, and keeps the warp maps. In-place
+# changes bump a tensor's version.
+_CHECKED: list[tuple] = []
+_CHECKED_KEEP = 4
+
+
+def _checked_policy(prob: Tensor, mag: Tensor, batch: int, device: torch.device) -> _Policy:
+    """Validate the policy and prepare it for :func:`_sample` (remembering the last few)."""
+    try:
+        # The batch size matters only to per-image policies (its shape is checked against it).
+        key = (prob._version, mag._version, device, batch if prob.ndim == 3 or mag.ndim == 3 else None)
+    except (AttributeError, RuntimeError):  # not tensors, or inference tensors (no version counter)
+        key = None
+    if key is not None:
+        for entry in _CHECKED:
+            if entry[0]() is prob and entry[1]() is mag and entry[2] == key:
+                return entry[3]
+    prob_, mag_ = _policy_tensor(prob, "prob", batch, device), _policy_tensor(mag, "mag", batch, device)
+    _check_policy(prob_, mag_, device)
+    checked = _Policy(prob_, torch.cat([mag_, mag_ * _constants(device)[0]], dim=1), {})
+    if key is not None:
+        _CHECKED.insert(0, (weakref.ref(prob), weakref.ref(mag), key, checked))
+        del _CHECKED[_CHECKED_KEEP:]
+    return checked
+
+
+def _warp_maps(policy: _Policy, h: int, w: int, ctx: KernelContext) -> Tensor | None:
+    """The NEAREST source index of every geometric table entry of a shared policy, ``(20, 1, H W)``.
+
+    A shared policy gives each geometric op only four matrices (two copies, two signs), so their
+    warps are computed once per image size with the same kernels as an image-by-image warp (hence the
+    same pixels) and every geometric op of a step becomes one gather. ``None`` where that does not
+    apply: per-image policies, BILINEAR, large images.
+    """
+    if policy.table.shape[0] != 1 or ctx.mode != "nearest" or h * w > _WARP_MAX_PIXELS:
+        return None
+    maps = policy.warps.get((h, w))
+    if maps is None:
+        entries = policy.table[0, list(_WARP_ENTRIES)]
+        per_op = entries.view(len(_GEOMETRIC), -1)  # _WARP_ENTRIES is grouped by op
+        matrices = torch.cat([OPS[op].matrix(m, h, w) for op, m in zip(_GEOMETRIC, per_op, strict=True)])
+        maps = policy.warps[(h, w)] = nearest_index(matrices, h, w)
+    return maps
 
 
 def augment(
@@ -125,84 +228,129 @@ def augment(
             ``count_probs``, ``fill`` or ``interpolation``.
     """
     batch, unbatched = check_images(images)
-    b, c, _, _ = batch.shape
+    b, c, h, w = batch.shape
     device = batch.device
-    probs = check_count_probs(count_probs)
-    prob = _policy_tensor(prob, "prob", b, device)
-    mag = _policy_tensor(mag, "mag", b, device)
-    _check_policy(prob, mag, device)
+    try:
+        edges, steps = _count_edges(count_probs, device)  # cached per distinct tuple
+    except TypeError:  # not hashable (a list, say)
+        edges, steps = _count_edges(check_count_probs(count_probs), device)
+    policy = _checked_policy(prob, mag, b, device)
     uint8 = images.dtype == torch.uint8
-    levels = to_levels(batch)
     ctx = KernelContext(
         quantize=uint8,
-        fill=fill_levels(fill, c, uint8, device, levels.dtype),
+        fill=fill_levels(fill, c, uint8, device, compute_dtype(images.dtype)),
         mode=interpolation_mode(interpolation),
         generator=generator,
     )
-    steps = len(probs) - 1
-    if b > 0 and steps > 0:
-        levels = _augment_levels(levels, prob, mag, _count_edges(probs, device), steps, ctx)
-    out = from_levels(levels, images.dtype)
+    if b == 0 or steps == 0:
+        return images.clone()
+    code, magnitude = _sample(policy, edges, steps, b, generator)
+    # Group the images of each step by op. The one host synchronisation: which ops are drawn, and how
+    # many images draw each.
+    if b == 1:
+        codes = code.tolist()[0]
+        active = [s for s in range(steps) if _GROUP_OF_CODE[codes[s]] != _NO_OP_GROUP]
+    else:
+        group = torch.take(_constants(device)[1], code)  # (B, steps)
+        offset = torch.arange(0, steps * (_NO_OP_GROUP + 1), _NO_OP_GROUP + 1, device=device)
+        flat = torch.bincount((group + offset).flatten(), minlength=steps * (_NO_OP_GROUP + 1))
+        counts = flat.view(steps, -1).tolist()
+        perm = group.argsort(dim=0, stable=True)
+        active = [s for s in range(steps) if counts[s][_NO_OP_GROUP] < b]
+    if not active:
+        return images.clone()
+    # The kernels run on contiguous levels; the result keeps a channels-last input's layout (a PIL image
+    # arrives as one), which also spares the conversion back to PIL a strided copy.
+    layout = (
+        torch.channels_last
+        if not batch.is_contiguous() and batch.is_contiguous(memory_format=torch.channels_last)
+        else torch.contiguous_format
+    )
+    levels = to_levels(batch.contiguous())
+    magnitudes = magnitude.unbind(1)
+    for s in active:
+        if b == 1:
+            # A single image: its op on it, no grouping; a geometric op is a gather at its warp map.
+            group = _GROUP_OF_CODE[codes[s]]
+            maps = _warp_maps(policy, h, w, ctx) if group < len(_GEOMETRIC) else None
+            if maps is not None:
+                row = _WARP_ROW_OF_CODE[codes[s]]
+                levels = warp_nearest(levels, maps[row : row + 1], ctx)
+            else:
+                levels = OPS[_ORDER[group]].kernel(levels, magnitudes[s], ctx)
+        else:
+            maps = _warp_maps(policy, h, w, ctx) if sum(counts[s][: len(_GEOMETRIC)]) else None
+            levels = _apply_step(levels, perm[:, s], counts[s], code[:, s], magnitudes[s], maps, ctx)
+    if uint8:
+        # The kernels return whole levels in [0, 255] for uint8 images, so no clamp; and through int16,
+        # because torch's float -> uint8 conversion is several times slower than float -> int16 on CPUs.
+        out = levels.to(torch.int16).to(torch.uint8, memory_format=layout)
+    else:
+        out = from_levels(levels, images.dtype).contiguous(memory_format=layout)
     return out.squeeze(0) if unbatched else out
 
 
-def _augment_levels(
-    levels: Tensor, prob: Tensor, mag: Tensor, edges: Tensor, steps: int, ctx: KernelContext
-) -> Tensor:
-    """The template on ``(B, C, H, W)`` levels; ``prob``/``mag`` are ``(1, 30)`` or ``(B, 30)``."""
-    b = levels.shape[0]
-    slots = NUM_COPIES * NUM_OPS
-    # Every draw of the batch in one call: K, the visiting order, the 30 coins, one sign per step.
-    u = torch.rand(b, 1 + 2 * slots + steps, generator=ctx.generator, device=levels.device)
-    count = (u[:, :1] >= edges).sum(dim=1)
-    order = u[:, 1 : 1 + slots].argsort(dim=1)
-    fired = (u[:, 1 + slots : 1 + 2 * slots] < prob).gather(1, order)  # coins, in visiting order
-    rank = fired.cumsum(dim=1)
+def _sample(
+    policy: _Policy, edges: Tensor, steps: int, b: int, generator: torch.Generator | None
+) -> tuple[Tensor, Tensor]:
+    """Draw the template for ``b`` images: what each does at each step, and the signed magnitude.
 
-    # The op (-1: none) and signed magnitude each image applies at each step, all steps at once.
-    signed, sort_key, _, _ = _constants(levels.device)
-    step = torch.arange(1, steps + 1, device=levels.device).view(1, steps, 1)
-    hit = fired[:, None, :] & (rank[:, None, :] == step) & (count.view(b, 1, 1) >= step)  # (B, steps, 30)
-    slot = order.gather(1, hit.to(torch.uint8).argmax(dim=2))  # (B, steps)
-    op = torch.where(hit.any(dim=2), slot % NUM_OPS, -1)
-    magnitude = mag.expand(b, -1).gather(1, slot)
-    negate = signed[op.clamp(min=0)] & (u[:, 1 + 2 * slots :] < 0.5)
-    magnitude = torch.where(negate, -magnitude, magnitude)
-
-    # Group the images of each step by op; the one host synchronisation: how many images drew each op.
-    key = sort_key[op + 1]  # (B, steps)
-    groups = len(_ORDER) + 1
-    offset = torch.arange(steps, device=levels.device) * groups
-    counts = torch.bincount((key + offset).flatten(), minlength=steps * groups).view(steps, groups).tolist()
-    perm = key.argsort(dim=0, stable=True)
-    for s in range(steps):
-        levels = _apply_step(levels, perm[:, s], counts[s], magnitude[:, s], ctx)
-    return levels
+    Returns:
+        ``code`` ``(B, steps)`` int64 (see ``_GROUP_OF_CODE``) and ``magnitude`` ``(B, steps)``.
+    """
+    prob, table = policy.prob, policy.table
+    u = torch.rand(b, _SLOTS + 1 + steps, generator=generator, device=prob.device)
+    order, count, flip = u.split_with_sizes([_SLOTS, 1, steps], dim=1)
+    # A slot fires iff its uniform v < p. Given that, v / p is uniform on [0, 1) and independent of which
+    # slots fired, so sorting the fired slots by v / p visits them in a uniformly random order; unfired
+    # slots sort after them (v / p >= 1). The first K fired slots of that order are the template's ops.
+    key, slot = torch.topk(order / prob, steps, dim=1, largest=False, sorted=True)
+    # Step j applies its slot iff the slot fired and K > j, i.e. the K draw reaches edges[j]: comparing
+    # the key with that boolean (1 or 0) tests both, since keys are never negative.
+    applied = key < (count >= edges)
+    entry = slot.add(flip < 0.5, alpha=_SLOTS)  # the sign coin: the table's second half
+    magnitude = torch.take(table, entry) if table.shape[0] == 1 else table.gather(1, entry)
+    return entry.add(applied, alpha=_TABLE), magnitude
 
 
 def _apply_step(
-    levels: Tensor, perm: Tensor, counts: list[int], magnitude: Tensor, ctx: KernelContext
+    levels: Tensor,
+    perm: Tensor,
+    counts: list[int],
+    code: Tensor,
+    magnitude: Tensor,
+    maps: Tensor | None,
+    ctx: KernelContext,
 ) -> Tensor:
     """Apply to each image the op it drew for this step, each op once on its images.
 
     ``perm`` lists the images grouped in ``_ORDER`` (geometric ops first, "none" last) and ``counts`` the
-    group sizes. Each image gets at most one op a step, so rows are overwritten in place.
+    group sizes; ``code`` and ``magnitude`` ``(B,)`` are in image order. All geometric ops of the step
+    share one warp: a gather at the policy's warp ``maps`` where there are any, else one warp with each
+    image's matrix. Each image gets at most one op a step, so rows are overwritten in place.
     """
-    h, w = levels.shape[-2:]
+    b, _, h, w = levels.shape
     start, matrices = 0, []
     for position, op_index in enumerate(_ORDER):
         n = counts[position]
+        spec = OPS[op_index]
+        if n == b and not spec.geometric:
+            # The whole batch drew this op: no gather or scatter.
+            return spec.kernel(levels, magnitude, ctx)
         if n:
             index = perm[start : start + n]
-            spec = OPS[op_index]
-            if spec.geometric:
-                matrices.append(spec.matrix(magnitude[index], h, w))
-            else:
+            if not spec.geometric:
                 levels = _apply_rows(levels, index, spec.kernel, magnitude[index], ctx)
+            elif maps is None:
+                matrices.append(spec.matrix(magnitude[index], h, w))
         start += n
-        if position == len(_GEOMETRIC) - 1 and matrices:
-            # All geometric ops of this step in one warp (they come first in perm), each image its own matrix.
-            levels = _apply_rows(levels, perm[:start], affine, torch.cat(matrices), ctx)
+        if position == len(_GEOMETRIC) - 1 and start:
+            rows = perm[:start]
+            if maps is not None:
+                rows_maps = maps[torch.take(_constants(levels.device)[2], code[rows])]
+                levels = _apply_rows(levels, rows, warp_nearest, rows_maps, ctx)
+            else:
+                levels = _apply_rows(levels, rows, affine, torch.cat(matrices), ctx)
     return levels
 
 
@@ -211,6 +359,6 @@ def _apply_rows(
 ) -> Tensor:
     """``kernel(levels[index], parameter, ctx)`` written back into the rows ``index`` of ``levels``."""
     if index.numel() == levels.shape[0]:
-        # Every image drew this op (always so for a single image): no gather or scatter, only the order.
+        # Every image is in the group: only the order differs.
         return kernel(levels, parameter[index.argsort()], ctx)
     return levels.index_copy_(0, index, kernel(levels.index_select(0, index), parameter, ctx))

@@ -10,11 +10,17 @@ the operation is.
 Why not ``kornia.enhance`` for the colour ops: its brightness is additive, its contrast multiplies without
 blending towards the mean, its saturation works in HSV, and its equalize/posterize truncate floats on
 [0, 1]; PIL (the SPEC's reference) blends each image with a "degenerate" image in 8 bits. Geometric ops
-use torch's ``affine_grid``/``grid_sample`` directly (see :func:`affine` for why not kornia's warp).
+gather PIL's own NEAREST source pixels, or use ``affine_grid``/``grid_sample`` for BILINEAR (see
+:func:`affine` for why not kornia's warp).
+
+Speed: on single images (the per-image transform) an op's cost is mostly its call overhead, so kernels
+are written with few tensor ops; on batches, boolean masks and ``where`` are avoided in per-pixel work
+(several times slower than float arithmetic on CPUs).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -32,6 +38,7 @@ __all__ = [
     "cutout",
     "equalize",
     "invert",
+    "nearest_index",
     "posterize",
     "rotate_matrix",
     "sharpness",
@@ -40,6 +47,7 @@ __all__ = [
     "solarize",
     "translate_x_matrix",
     "translate_y_matrix",
+    "warp_nearest",
 ]
 
 
@@ -62,37 +70,49 @@ class KernelContext(NamedTuple):
 # --------------------------------------------------------------------------------------------------
 # Geometry. Each builder returns PIL's AFFINE data (a, b, c, d, e, f) per image, ``(B, 2, 3)``: the map
 # from an *output* point to the *input* point (a x + b y + c, d x + e y + f), in PIL's continuous
-# coordinates where pixel i covers [i, i + 1). ``affine`` converts it to grid_sample's normalised
-# coordinates with ``align_corners=False``, which use the very same pixel convention, so the geometry
-# is PIL's without any half-pixel correction.
+# coordinates where pixel i covers [i, i + 1). ``affine`` samples it as PIL does: NEAREST in PIL's own
+# fixed-point arithmetic, BILINEAR through grid_sample's normalised coordinates with
+# ``align_corners=False``, which use the very same pixel convention.
 
 
 def _affine_rows(a: Tensor, b: Tensor, c: Tensor, d: Tensor, e: Tensor, f: Tensor) -> Tensor:
     return torch.stack([a, b, c, d, e, f], -1).view(-1, 2, 3)
 
 
+@functools.lru_cache(maxsize=16)
+def _unit_matrices(device: torch.device, dtype: torch.dtype) -> tuple[Tensor, ...]:
+    """The identity ``(2, 3)`` AFFINE data, then the unit matrix of each of its six entries."""
+    units = torch.eye(6, dtype=dtype, device=device).view(6, 2, 3)
+    return (torch.eye(2, 3, dtype=dtype, device=device), *units)
+
+
+def _identity_plus(value: Tensor, entry: int) -> Tensor:
+    """The identity with ``value`` (one per image) added at ``entry`` (0..5 for a..f): ``(B, 2, 3)``.
+
+    One fused op instead of assembling six rows: exact, as every other entry adds a product with 0.
+    """
+    units = _unit_matrices(value.device, value.dtype)
+    return torch.addcmul(units[0], value.view(-1, 1, 1), units[1 + entry])
+
+
 def shear_x_matrix(shear: Tensor, height: int, width: int) -> Tensor:
     """PIL ``AFFINE (1, s, 0, 0, 1, 0)``: shear along x about the top-left corner."""
-    one, zero = torch.ones_like(shear), torch.zeros_like(shear)
-    return _affine_rows(one, shear, zero, zero, one, zero)
+    return _identity_plus(shear, 1)
 
 
 def shear_y_matrix(shear: Tensor, height: int, width: int) -> Tensor:
     """PIL ``AFFINE (1, 0, 0, s, 1, 0)``: shear along y about the top-left corner."""
-    one, zero = torch.ones_like(shear), torch.zeros_like(shear)
-    return _affine_rows(one, zero, zero, shear, one, zero)
+    return _identity_plus(shear, 3)
 
 
 def translate_x_matrix(fraction: Tensor, height: int, width: int) -> Tensor:
     """PIL ``AFFINE (1, 0, round(m W), 0, 1, 0)``: a positive magnitude moves the content left (as PBA)."""
-    one, zero = torch.ones_like(fraction), torch.zeros_like(fraction)
-    return _affine_rows(one, zero, torch.round(fraction * width), zero, one, zero)
+    return _identity_plus(torch.round(fraction * width), 2)
 
 
 def translate_y_matrix(fraction: Tensor, height: int, width: int) -> Tensor:
     """PIL ``AFFINE (1, 0, 0, 0, 1, round(m H))``: a positive magnitude moves the content up."""
-    one, zero = torch.ones_like(fraction), torch.zeros_like(fraction)
-    return _affine_rows(one, zero, zero, zero, one, torch.round(fraction * height))
+    return _identity_plus(torch.round(fraction * height), 5)
 
 
 def rotate_matrix(degrees: Tensor, height: int, width: int) -> Tensor:
@@ -104,62 +124,92 @@ def rotate_matrix(degrees: Tensor, height: int, width: int) -> Tensor:
     return _affine_rows(cos, -sin, cx - cos * cx + sin * cy, sin, cos, cy - sin * cx - cos * cy)
 
 
-def _nearest_grid(m: Tensor, h: int, w: int) -> Tensor:
-    """Sampling grid that picks exactly the source pixels of PIL's NEAREST affine transform.
+@functools.lru_cache(maxsize=16)
+def _pixel_grid(height: int, width: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+    """For :func:`nearest_index`: the ``x`` and ``y`` of every output pixel, int64 ``(H W,)``, and the
+    16.16 fixed-point shift of one padding pixel on the origin, ``(3,)``."""
+    ys, xs = torch.meshgrid(
+        torch.arange(height, device=device), torch.arange(width, device=device), indexing="ij"
+    )
+    return xs.flatten(), ys.flatten(), torch.tensor([0, 0, 65536], device=device)
+
+
+def nearest_index(m: Tensor, h: int, w: int) -> Tensor:
+    """Source pixel of every output pixel under PIL's NEAREST affine transform, as a flat index.
 
     Pillow's ``affine_fixed`` walks the output in 16.16 fixed point: coefficients are rounded to 1/65536
-    and the source index is ``floor``. The rounding decides every tie (ShearX 0.2 lands a whole row of
-    samples on x.5 every 5 rows), so emulate it in int64 and point grid_sample at the chosen pixel centres.
+    (``FIX(v) = floor(v * 65536 + 0.5)``, the origin after adding half a pixel in double precision) and
+    the source index is ``(FIX(origin) + FIX(a0) x + FIX(a1) y) >> 16``. The rounding decides every tie
+    (ShearX 0.2 lands a whole row of samples on x.5 every 5 rows), so this does exactly that, in int64,
+    for every pixel and both axes at once.
+
+    Returns:
+        ``(B, 1, H W)`` int64 indices into the images padded with the fill to a square of side
+        ``max(H, W) + 2`` (one pixel before, at least one after): sources outside the image land on
+        the padding.
     """
+    xs, ys, shift = _pixel_grid(h, w, m.device)
+    side = max(h, w) + 2
+    m = m.to(torch.float64, copy=True)
+    a0, a1, a2 = m.unbind(-1)
+    # PIL: a2 + a0 * 0.5 + a1 * 0.5, the centre of output pixel (0, 0), summed in this order (the
+    # halvings are exact, so only the order of the two sums matters).
+    a2.add_(a0, alpha=0.5).add_(a1, alpha=0.5)
+    # FIX(v), and one whole pixel more on the origin, which moves every source onto the padded image.
+    fixed = m.mul_(65536.0).add_(0.5).floor_().long().add_(shift)
+    f0, f1, f2 = fixed.unsqueeze(-1).unbind(-2)  # (B, 2, 1) each
+    index = torch.addcmul(f2, f0, xs).addcmul_(f1, ys)
+    index >>= 16
+    index = index.clamp_(0, side - 1)  # (B, 2, H W): x + 1 and y + 1, clipped to the padding
+    ix, iy = index.split_with_sizes([1, 1], dim=1)
+    return torch.add(ix, iy, alpha=side)
 
-    def fix(v: Tensor) -> Tensor:
-        return torch.floor(v.double() * 65536.0 + 0.5).long()
 
-    def source_index(row: int) -> Tensor:
-        a0, a1, a2 = m[:, row, 0], m[:, row, 1], m[:, row, 2]
-        origin = fix(a2 + 0.5 * a0 + 0.5 * a1)  # the centre of output pixel (0, 0)
-        fixed = origin[:, None, None] + fix(a0)[:, None, None] * xs + fix(a1)[:, None, None] * ys
-        return torch.div(fixed, 65536, rounding_mode="floor")
-
-    xs = torch.arange(w, device=m.device).view(1, 1, w)
-    ys = torch.arange(h, device=m.device).view(1, h, 1)
-    ix, iy = source_index(0), source_index(1)
-    # Pixel centres in normalised coordinates; indices outside the image land outside [-1, 1] -> fill.
-    return torch.stack([(2 * ix + 1).float() / w - 1.0, (2 * iy + 1).float() / h - 1.0], dim=-1)
+def warp_nearest(images: Tensor, index: Tensor, ctx: KernelContext) -> Tensor:
+    """Move pixels to the source ``index`` ``(B, 1, H W)`` from :func:`nearest_index`: a gather from the
+    images padded with the fill, hence exact copies, and the fill where the source is outside the image.
+    """
+    b, c, h, w = images.shape
+    side = max(h, w) + 2
+    if ctx.fill is None:
+        padded = F.pad(images, (1, side - w - 1, 1, side - h - 1))
+    else:
+        padded = ctx.fill.expand(b, c, side, side).contiguous()
+        padded[:, :, 1 : h + 1, 1 : w + 1] = images
+    return padded.flatten(2).gather(2, index.expand(b, c, h * w)).view(b, c, h, w)
 
 
 def affine(images: Tensor, matrix: Tensor, ctx: KernelContext) -> Tensor:
     """Warp each image with its own PIL AFFINE ``matrix`` ``(B, 2, 3)``; uncovered pixels take ``ctx.fill``.
 
-    Plain ``grid_sample`` rather than ``kornia.geometry.transform.warp_affine``: kornia's per-call
+    NEAREST is a gather at PIL's fixed-point source pixels (:func:`nearest_index`), BILINEAR a plain
+    ``grid_sample``; neither uses ``kornia.geometry.transform.warp_affine``: kornia's per-call
     normalisation, matrix inverse and full-size fill mask cost 808 us against 91 us for one 32x32 image,
-    and 23.3 ms against 10.6 ms for 256 (benchmarks/RESULTS.md), and its grid cannot reproduce PIL's
-    fixed-point NEAREST sampling.
+    and 23.3 ms against 10.6 ms for 256, and its grid cannot reproduce PIL's fixed-point NEAREST sampling.
 
     Returns:
         ``(B, C, H, W)`` levels.
     """
     b, c, h, w = images.shape
-    m = matrix.to(images.dtype)
     if ctx.mode == "nearest":
-        grid = _nearest_grid(matrix, h, w).to(images.dtype)
-    else:
-        # PIL's BILINEAR transform samples a0 (x + 0.5) + a1 (y + 0.5) + a2 in double precision, the
-        # convention of grid_sample with align_corners=False: theta = N A N^-1, N: x -> 2 x / W - 1.
-        a11, a12, a13 = m[:, 0, 0], m[:, 0, 1], m[:, 0, 2]
-        a21, a22, a23 = m[:, 1, 0], m[:, 1, 1], m[:, 1, 2]
-        theta = torch.stack(
-            [
-                a11,
-                a12 * (h / w),
-                a11 + a12 * (h / w) + a13 * (2.0 / w) - 1.0,
-                a21 * (w / h),
-                a22,
-                a21 * (w / h) + a22 + a23 * (2.0 / h) - 1.0,
-            ],
-            -1,
-        ).view(b, 2, 3)
-        grid = F.affine_grid(theta, [b, c, h, w], align_corners=False)
+        return warp_nearest(images, nearest_index(matrix, h, w), ctx)
+    # PIL's BILINEAR transform samples a0 (x + 0.5) + a1 (y + 0.5) + a2 in double precision, the
+    # convention of grid_sample with align_corners=False: theta = N A N^-1, N: x -> 2 x / W - 1.
+    m = matrix.to(images.dtype)
+    a11, a12, a13 = m[:, 0, 0], m[:, 0, 1], m[:, 0, 2]
+    a21, a22, a23 = m[:, 1, 0], m[:, 1, 1], m[:, 1, 2]
+    theta = torch.stack(
+        [
+            a11,
+            a12 * (h / w),
+            a11 + a12 * (h / w) + a13 * (2.0 / w) - 1.0,
+            a21 * (w / h),
+            a22,
+            a21 * (w / h) + a22 + a23 * (2.0 / h) - 1.0,
+        ],
+        -1,
+    ).view(b, 2, 3)
+    grid = F.affine_grid(theta, [b, c, h, w], align_corners=False)
     if ctx.fill is None:
         out = F.grid_sample(images, grid, mode=ctx.mode, padding_mode="zeros", align_corners=False)
     else:
@@ -167,14 +217,15 @@ def affine(images: Tensor, matrix: Tensor, ctx: KernelContext) -> Tensor:
         ones = images.new_ones(b, 1, h, w)
         warped = F.grid_sample(torch.cat([images, ones], 1), grid, mode=ctx.mode, align_corners=False)
         out = warped[:, :c] + (1.0 - warped[:, c:]) * ctx.fill
-    if ctx.quantize and ctx.mode != "nearest":
+    if ctx.quantize:
         out = out.round()
     return out
 
 
 # --------------------------------------------------------------------------------------------------
 # Colour. Blends follow PIL's ``Image.blend(degenerate, image, factor)``: degenerate + factor * (image -
-# degenerate), clipped to [0, 255] and truncated to 8 bits.
+# degenerate), clipped to [0, 255] and truncated to 8 bits. Kernels are written for few tensor ops: on
+# single images (the per-image transform) the cost of an op is its call, not its arithmetic.
 
 
 def _per_image(values: Tensor) -> Tensor:
@@ -196,30 +247,20 @@ def _blend(degenerate: Tensor, images: Tensor, factor: Tensor, quantize: bool) -
     return out.floor() if quantize else out
 
 
-def _apply_lut(images: Tensor, lut: Tensor) -> Tensor:
-    """Map whole levels through a per-(image, channel) table ``lut`` of shape ``(B, C, 256)``."""
-    b, c, h, w = images.shape
-    index = images.reshape(b, c, h * w).long()
-    return lut.to(images.dtype).gather(2, index).view(b, c, h, w)
-
-
-def _histogram(levels: Tensor) -> Tensor:
-    """Per-(image, channel) 256-bin histogram of whole levels. Returns ``(B, C, 256)`` int64."""
-    b, c, h, w = levels.shape
-    index = levels.reshape(b, c, h * w).long()
-    hist = torch.zeros(b, c, 256, dtype=torch.int64, device=levels.device)
-    return hist.scatter_add_(2, index, torch.ones_like(index))
+#: PIL's ``convert("L")`` weights, ``(19595 R + 38470 G + 7471 B) / 2^16``, as a ``(1, 3, 1, 1)`` filter.
+_LUMA = torch.tensor([19595.0, 38470.0, 7471.0]).view(1, 3, 1, 1) / 65536.0
 
 
 def _grayscale(images: Tensor, quantize: bool) -> Tensor:
     """PIL's ``convert("L")``: ITU-R 601-2 luma, ``(19595 R + 38470 G + 7471 B + 2^15) >> 16`` in 8 bits.
 
-    Returns ``(B, 1, H, W)``; a one-channel image is its own grey level.
+    On whole levels every product and partial sum is an exact float (below 2^24 before the exact
+    scaling by 2^-16), so the weighted sum is exact in any order. Returns ``(B, 1, H, W)``; a one-channel
+    image is its own grey level.
     """
     if images.shape[1] == 1:
         return images
-    r, g, b = images[:, 0:1], images[:, 1:2], images[:, 2:3]
-    return _round_half_up((r * 19595.0 + g * 38470.0 + b * 7471.0) / 65536.0, quantize)
+    return _round_half_up((images * _LUMA.to(images)).sum(dim=1, keepdim=True), quantize)
 
 
 def invert(images: Tensor, magnitude: Tensor | None, ctx: KernelContext) -> Tensor:
@@ -231,19 +272,23 @@ def solarize(images: Tensor, threshold: Tensor, ctx: KernelContext) -> Tensor:
     """PIL ``ImageOps.solarize``: levels at or above the per-image threshold are inverted."""
     # Compare whole levels so that a float image's 127.99998 counts as level 128, as its uint8 twin.
     levels = images if ctx.quantize else images.round()
-    return torch.where(levels >= _per_image(threshold), 255.0 - images, images)
+    # A whole level x is >= t iff x >= ceil(t), so this weight is exactly 1 there and 0 below: float
+    # arithmetic instead of a boolean mask and where(), several times slower on CPUs.
+    inverted = (levels - _per_image(torch.ceil(threshold) - 1.0)).clamp_(0.0, 1.0)
+    return torch.lerp(images, 255.0 - images, inverted)
 
 
 def posterize(images: Tensor, bits: Tensor, ctx: KernelContext) -> Tensor:
     """PIL ``ImageOps.posterize``: keep ``round(bits)`` high bits of each level (0 bits gives black)."""
-    step = torch.pow(2.0, 8.0 - torch.round(bits)).to(images.dtype)
+    step = _per_image(torch.exp2(8.0 - torch.round(bits)).to(images.dtype))
     levels = images if ctx.quantize else images.round()
-    return torch.floor(levels / _per_image(step)) * _per_image(step)
+    return torch.floor(levels / step) * step
 
 
 def brightness(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
-    """PIL ``ImageEnhance.Brightness``: blend with black."""
-    return _blend(torch.zeros_like(images), images, factor, ctx.quantize)
+    """PIL ``ImageEnhance.Brightness``: blend with black, ``0 + f (x - 0)``, that is ``f x``."""
+    out = (_per_image(factor) * images).clamp(0.0, 255.0)
+    return out.floor() if ctx.quantize else out
 
 
 def color(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
@@ -254,57 +299,105 @@ def color(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
 def contrast(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
     """PIL ``ImageEnhance.Contrast``: blend with the image's mean grey level (rounded to 8 bits by PIL)."""
     mean = _round_half_up(_grayscale(images, ctx.quantize).mean(dim=(1, 2, 3), keepdim=True), ctx.quantize)
-    return _blend(mean.expand_as(images), images, factor, ctx.quantize)
-
-
-_SMOOTH = torch.tensor([[1.0, 1.0, 1.0], [1.0, 5.0, 1.0], [1.0, 1.0, 1.0]]) / 13.0
+    return _blend(mean, images, factor, ctx.quantize)
 
 
 def sharpness(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
-    """PIL ``ImageEnhance.Sharpness``: blend with ``ImageFilter.SMOOTH``; the 1-pixel border is kept."""
-    _b, c, h, w = images.shape
+    """PIL ``ImageEnhance.Sharpness``: blend with ``ImageFilter.SMOOTH``; the 1-pixel border is kept.
+
+    SMOOTH is ``(3x3 box sum + 4 centre) / 13``, the box sum computed separably with shifted slices
+    (CPU depthwise convolutions cost several times more). On whole levels the exact value is a multiple
+    of 1/13, never within 1/26 of a rounding boundary, so float rounding in the sums cannot change PIL's
+    8-bit result.
+    """
+    _b, _c, h, w = images.shape
     if h < 3 or w < 3:
         return images.clone()  # PIL's 3x3 filter keeps every pixel of so small an image.
-    kernel = _SMOOTH.to(images).expand(c, 1, 3, 3)
-    smooth = _round_half_up(F.conv2d(images, kernel, groups=c), ctx.quantize).clamp(0.0, 255.0)
-    degenerate = images.clone()
-    degenerate[:, :, 1:-1, 1:-1] = smooth
-    return _blend(degenerate, images, factor, ctx.quantize)
+    rows = images[..., :-2] + images[..., 1:-1] + images[..., 2:]
+    box = rows[..., :-2, :] + rows[..., 1:-1, :] + rows[..., 2:, :]
+    inner = images[..., 1:-1, 1:-1]
+    smooth = _round_half_up(box.add_(inner, alpha=4.0).div_(13.0), ctx.quantize)
+    out = images.clone()
+    out[..., 1:-1, 1:-1] = _blend(smooth, inner, factor, ctx.quantize)
+    return out
 
 
 def auto_contrast(images: Tensor, magnitude: Tensor | None, ctx: KernelContext) -> Tensor:
     """PIL ``ImageOps.autocontrast``: stretch each channel's [min, max] to [0, 255]; constant channels stay."""
     lo = images.amin(dim=(2, 3), keepdim=True)
     hi = images.amax(dim=(2, 3), keepdim=True)
-    flat = hi <= lo
     if ctx.quantize:
-        # PIL builds its table in double precision and truncates: do the same for bit-exact results.
-        span = torch.where(flat, 1.0, hi - lo).double()
+        # PIL maps level x to int(x * scale + offset) with scale = 255 / (hi - lo) and offset = -lo * scale
+        # in double precision: do the same for bit-exact results. A constant channel gets lo = 0 and
+        # span 255, hence scale 1 and offset 0: the identity, with no separate branch.
+        flat = hi <= lo
+        span = torch.where(flat, 255.0, hi - lo).double()
+        lo = torch.where(flat, 0.0, lo).double()
         # A tensor-by-tensor division: torch computes ``255.0 / span`` as 255 * (1 / span), an ulp off
-        # PIL's quotient, which flips the truncation of some entries.
+        # PIL's quotient, which flips the truncation of some levels.
         scale = torch.full_like(span, 255.0) / span
-        offset = -lo.double() * scale
-        ramp = torch.arange(256, dtype=torch.float64, device=images.device)
-        lut = (ramp * scale.squeeze(-1) + offset.squeeze(-1)).clamp(0.0, 255.0).floor()
-        lut = torch.where(flat.squeeze(-1), ramp, lut)
-        return _apply_lut(images, lut)
+        offset = -lo * scale
+        return (images.double() * scale + offset).clamp_(0.0, 255.0).floor_().to(images.dtype)
+    flat = hi <= lo
     scale = 255.0 / torch.where(flat, 1.0, hi - lo)
     return torch.where(flat, images, (images * scale - lo * scale).clamp(0.0, 255.0))
 
 
+@functools.lru_cache(maxsize=8)
+def _equalize_constants(device: torch.device) -> tuple[Tensor, Tensor]:
+    """One, to count pixels with, and the identity table (float64), for :func:`equalize`."""
+    return torch.ones(1, 1, 1, device=device), torch.arange(256, dtype=torch.float64, device=device)
+
+
 def equalize(images: Tensor, magnitude: Tensor | None, ctx: KernelContext) -> Tensor:
-    """PIL ``ImageOps.equalize``: per-channel histogram equalisation with PIL's lookup table."""
+    """PIL ``ImageOps.equalize``: per-channel histogram equalisation with PIL's lookup table.
+
+    PIL's integer arithmetic runs in floats, which hold these counts exactly (float32 below 2^24 pixels,
+    float64 beyond) and, as they stay far below 2^53, give exactly PIL's floor divisions in float64
+    (integer division is slow on CPUs).
+    """
     levels = images if ctx.quantize else images.round().clamp(0.0, 255.0)
-    hist = _histogram(levels)
-    # PIL: step = (total - count of the highest occupied level) // 255; lut[i] = (step // 2 + sum(h[:i])) // step.
-    top = 255 - torch.flip(hist > 0, dims=(2,)).int().argmax(dim=2, keepdim=True)
-    step = (hist.sum(dim=2, keepdim=True) - hist.gather(2, top)) // 255
-    safe_step = step.clamp(min=1)
-    before = torch.cumsum(hist, dim=2) - hist
-    lut = ((safe_step // 2 + before) // safe_step).clamp(max=255)
-    identity = torch.arange(256, device=images.device).expand_as(lut)
-    lut = torch.where(step > 0, lut, identity)
-    return _apply_lut(levels, lut)
+    b, c, h, w = levels.shape
+    one, identity = _equalize_constants(levels.device)
+    count_dtype = torch.float32 if h * w < 1 << 24 else torch.float64
+    index = levels.reshape(b, c, h * w).long()
+    hist = torch.zeros(b, c, 256, dtype=count_dtype, device=levels.device)
+    hist = hist.scatter_add_(2, index, one.to(count_dtype).expand(b, c, h * w)).double()
+    # PIL: step = (total - count of the highest occupied level) // 255, i.e. the pixels below the maximum;
+    # lut[i] = (step // 2 + sum(h[:i])) // step, and the identity where step is 0.
+    top = levels.amax(dim=(2, 3)).long().unsqueeze(-1)  # (B, C, 1)
+    step = (h * w - hist.gather(2, top)).div_(255.0).floor_()
+    safe_step = step.clamp(min=1.0)
+    lut = (hist.cumsum(dim=2) - hist).add_(safe_step.mul(0.5).floor_()).div_(safe_step).floor_()
+    lut = torch.where(step > 0, lut.clamp_(max=255.0), identity)
+    return lut.to(images.dtype).gather(2, index).view(b, c, h, w)
+
+
+@functools.lru_cache(maxsize=16)
+def _patch_constants(height: int, width: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+    """``(H, W)`` as float32 and as int64 last indices, and ``arange(max(H, W))``, for :func:`cutout`."""
+    size = torch.tensor([height, width], dtype=torch.float32, device=device)
+    last = torch.tensor([height - 1, width - 1], device=device)
+    return size, last, torch.arange(max(height, width), device=device)
+
+
+def _paint_patch(images: Tensor, fraction: Tensor, centre: Tensor, ctx: KernelContext) -> Tensor:
+    """Cutout's patch for ``centre`` ``(B, 2)`` (row, column), both axes at once; see :func:`cutout_patch`."""
+    _, _, h, w = images.shape
+    size, _, ramp = _patch_constants(h, w, images.device)
+    extent = torch.round(fraction.view(-1, 1) * size).long()  # (B, 2): round(m H), round(m W)
+    start = (centre - (extent >> 1)).unsqueeze(-1)
+    inside = ((ramp >= start) & (ramp < start + extent.unsqueeze(-1))).to(images.dtype)  # (B, 2, max(H, W))
+    # The patch as a 0/1 float weight (boolean masks and where() are several times slower on CPUs);
+    # lerp returns the image exactly at weight 0 and the fill exactly at weight 1.
+    mask = inside[:, 0, :h, None] * inside[:, 1, None, :w]
+    fill = _zero(images.device, images.dtype) if ctx.fill is None else ctx.fill.to(images.dtype)
+    return torch.lerp(images, fill, mask.unsqueeze(1))
+
+
+@functools.lru_cache(maxsize=8)
+def _zero(device: torch.device, dtype: torch.dtype) -> Tensor:
+    return torch.zeros((), dtype=dtype, device=device)
 
 
 def cutout_patch(
@@ -314,24 +407,12 @@ def cutout_patch(
 
     The patch covers rows ``[cy - ph // 2, cy - ph // 2 + ph)`` (likewise columns), clipped at the borders.
     """
-    _, _, h, w = images.shape
-    ph = torch.round(fraction * h).long()
-    pw = torch.round(fraction * w).long()
-    top = centre_y - torch.div(ph, 2, rounding_mode="floor")
-    left = centre_x - torch.div(pw, 2, rounding_mode="floor")
-    rows = torch.arange(h, device=images.device).view(1, h)
-    cols = torch.arange(w, device=images.device).view(1, w)
-    in_rows = (rows >= top[:, None]) & (rows < (top + ph)[:, None])
-    in_cols = (cols >= left[:, None]) & (cols < (left + pw)[:, None])
-    mask = (in_rows[:, :, None] & in_cols[:, None, :]).unsqueeze(1)
-    fill = ctx.fill if ctx.fill is not None else images.new_zeros(())
-    return torch.where(mask, fill.to(images.dtype), images)
+    return _paint_patch(images, fraction, torch.stack([centre_y, centre_x], dim=1), ctx)
 
 
 def cutout(images: Tensor, fraction: Tensor, ctx: KernelContext) -> Tensor:
     """Cutout with centres drawn uniformly over the pixels from ``ctx.generator``."""
     b, _, h, w = images.shape
+    size, last, _ = _patch_constants(h, w, images.device)
     u = torch.rand(b, 2, generator=ctx.generator, device=images.device)
-    centre_y = (u[:, 0] * h).long().clamp_(max=h - 1)
-    centre_x = (u[:, 1] * w).long().clamp_(max=w - 1)
-    return cutout_patch(images, fraction, centre_y, centre_x, ctx)
+    return _paint_patch(images, fraction, (u * size).long().clamp_(max=last), ctx)
