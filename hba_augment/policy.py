@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import numpy as np
 import PIL.Image
 import torch
 from torch import Tensor
 from torch.utils._pytree import tree_flatten, tree_unflatten
 from torchvision import tv_tensors
 from torchvision.transforms import InterpolationMode
-from torchvision.transforms.v2 import functional as TF
 
 from . import pretrained
 from .functional import augment
@@ -25,6 +25,18 @@ _PIL_MODES = ("L", "RGB")
 _UNSUPPORTED = tuple(
     getattr(tv_tensors, name) for name in ("BoundingBoxes", "Mask", "KeyPoints", "Video") if hasattr(tv_tensors, name)
 )
+
+
+def _pil_to_batch(img: PIL.Image.Image) -> Tensor:
+    """``(1, C, H, W)`` uint8 sharing numpy's HWC memory: cheaper than ``pil_to_tensor``'s copy to CHW
+    (measured 40-90 us per 32x32 image for the round trip), and the kernels keep the layout."""
+    array = torch.from_numpy(np.array(img, dtype=np.uint8))
+    return array.view(1, 1, *array.shape) if array.ndim == 2 else array.permute(2, 0, 1).unsqueeze(0)
+
+
+def _batch_to_pil(batch: Tensor, mode: str) -> PIL.Image.Image:
+    array = batch[0, 0] if mode == "L" else batch[0].permute(1, 2, 0)
+    return PIL.Image.fromarray(np.ascontiguousarray(array.numpy()))
 
 
 def _is_pure_tensor(x: Any) -> bool:
@@ -202,8 +214,7 @@ class HBAPolicy(torch.nn.Module):
         if isinstance(img, PIL.Image.Image):
             if img.mode not in _PIL_MODES:
                 raise ValueError(f"PIL images must have mode 'L' or 'RGB', got {img.mode!r}; convert them first")
-            out = self._augment_batch(TF.pil_to_tensor(img).unsqueeze(0), generator)
-            return TF.to_pil_image(out[0], mode=img.mode)
+            return _batch_to_pil(self._augment_batch(_pil_to_batch(img), generator), img.mode)
         if isinstance(img, tv_tensors.Image):
             return tv_tensors.wrap(self._augment_tensor(img.as_subclass(Tensor), generator), like=img)
         return self._augment_tensor(img, generator)
