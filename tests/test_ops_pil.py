@@ -237,20 +237,18 @@ class _GeometricCase(_PILCase):
         self.check(magnitude, out, pil_apply(gray, self.OP, magnitude, fill=77))
 
     @pytest.mark.parametrize("sign", [1, -1], ids=["pos", "neg"])
-    def test_bilinear_close_to_pil(self, cifar_images, sign):
-        # SPEC promises PIL agreement for NEAREST only. With BILINEAR, PIL clamps samples within half a
-        # pixel of the border to the edge where a grid sampler blends them with the fill, so allow
-        # differences along the borders of the covered region, but not a wrong direction or offset.
+    def test_bilinear_within_one_level_of_pil(self, cifar_images, sign):
+        # PIL's BILINEAR transform: a source point outside the image takes the fill, inside it the
+        # neighbours beyond the border repeat the edge pixel. Only the final rounding may differ.
         magnitude = sign * self.MAGNITUDES[-1]
         images = cifar_images[:32]
         out = apply_op(images, self.OP, magnitude, interpolation=InterpolationMode.BILINEAR).double()
         bilinear = Image.Resampling.BILINEAR
         ref = torch.stack([from_pil(PIL_BILINEAR[self.OP](to_pil(img), magnitude, bilinear)) for img in images]).double()
         diff = (out - ref).abs()
-        far = (diff > 8).any(dim=1).double().mean().item()
-        assert diff.mean().item() <= 3.0 and far <= 0.07, (
-            f"{self.OP} magnitude={magnitude} BILINEAR: mean diff {diff.mean().item():.3f} levels, "
-            f"{far:.2%} pixels off by more than 8 levels"
+        assert diff.max().item() <= 1.0, (
+            f"{self.OP} magnitude={magnitude} BILINEAR: max diff {diff.max().item():.0f} levels, "
+            f"{(diff > 1).double().mean().item():.2%} of values off by more than one level"
         )
 
     def test_default_fill_is_black(self, cifar_images):

@@ -210,13 +210,12 @@ def affine(images: Tensor, matrix: Tensor, ctx: KernelContext) -> Tensor:
         -1,
     ).view(b, 2, 3)
     grid = F.affine_grid(theta, [b, c, h, w], align_corners=False)
-    if ctx.fill is None:
-        out = F.grid_sample(images, grid, mode=ctx.mode, padding_mode="zeros", align_corners=False)
-    else:
-        # Warp a channel of ones with the images: where it comes back below 1, the fill shows through.
-        ones = images.new_ones(b, 1, h, w)
-        warped = F.grid_sample(torch.cat([images, ones], 1), grid, mode=ctx.mode, align_corners=False)
-        out = warped[:, :c] + (1.0 - warped[:, c:]) * ctx.fill
+    # PIL: a source point outside [0, W) x [0, H) takes the fill; inside, neighbours beyond the border
+    # repeat the edge pixel (padding "border"), so the image's edge is not blended with the fill.
+    sampled = F.grid_sample(images, grid, mode="bilinear", padding_mode="border", align_corners=False)
+    inside = ((grid >= -1.0) & (grid < 1.0)).all(dim=-1).unsqueeze(1)
+    fill = ctx.fill if ctx.fill is not None else sampled.new_zeros(())
+    out = torch.where(inside, sampled, fill)
     if ctx.quantize:
         out = out.round()
     return out
