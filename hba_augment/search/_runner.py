@@ -36,11 +36,13 @@ __all__ = [
     "check_int",
     "check_lr_schedule",
     "check_nonneg_number",
+    "checkpoint_state",
     "config_to_dict",
     "describe_device",
     "fingerprint",
     "lr_at",
     "open_run",
+    "restore_counters",
     "restore_rng",
     "rng_state",
     "run_epochs",
@@ -258,6 +260,28 @@ def check_checkpoint(
         raise ValueError(f"cannot resume from {path}: {settings} differ ({details})")
     if state["data_fingerprint"] != data_fingerprint:
         raise ValueError(f"cannot resume from {path}: {data_mismatch}")
+
+
+def checkpoint_state(worker: Any, format: str, version: int, **parts: Any) -> dict[str, Any]:
+    """A worker's checkpoint: format, config, data fingerprint and counters around its own ``parts``."""
+    return {
+        "format": format,
+        "version": version,
+        "config": worker.config.to_dict(),
+        "data_fingerprint": worker.fingerprint,
+        "epoch": worker.epoch,
+        "step": worker.step,
+        **parts,
+        "wall_seconds": worker.wall_seconds,
+        "sessions": worker.sessions,
+    }
+
+
+def restore_counters(worker: Any, state: Mapping[str, Any]) -> None:
+    """Set a worker's epoch, step and wall time from a checkpoint; this is one more session."""
+    worker.epoch, worker.step = int(state["epoch"]), int(state["step"])
+    worker.wall_seconds = float(state["wall_seconds"])
+    worker.sessions = int(state["sessions"]) + 1
 
 
 def save_checkpoint(state: dict[str, Any], path: Path) -> None:

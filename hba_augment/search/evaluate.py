@@ -650,21 +650,13 @@ class _Trainer:
 
     # -- checkpoint -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        rng = _runner.rng_state(self.device, self._generators())
-        return {
-            "format": _CHECKPOINT_FORMAT,
-            "version": _CHECKPOINT_VERSION,
-            "config": self.config.to_dict(),
-            "data_fingerprint": self.fingerprint,
-            "epoch": self.epoch,
-            "step": self.step,
-            "model": self.model.state_dict(),
-            "optimizer": self.opt.state_dict(),
-            "rng": rng,
-            "history": json.loads(json.dumps(self.history)),
-            "wall_seconds": self.wall_seconds,
-            "sessions": self.sessions,
-        }
+        return _runner.checkpoint_state(
+            self, _CHECKPOINT_FORMAT, _CHECKPOINT_VERSION,
+            model=self.model.state_dict(),
+            optimizer=self.opt.state_dict(),
+            rng=_runner.rng_state(self.device, self._generators()),
+            history=json.loads(json.dumps(self.history)),
+        )
 
     def _generators(self) -> dict[str, torch.Generator]:
         return {"data": self.g_data, "augment": self.g_aug}
@@ -678,10 +670,8 @@ class _Trainer:
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
         _runner.restore_rng(state["rng"], self.device, self._generators())
-        self.epoch, self.step = int(state["epoch"]), int(state["step"])
+        _runner.restore_counters(self, state)
         self.history = list(state["history"])
-        self.wall_seconds = float(state["wall_seconds"])
-        self.sessions = int(state["sessions"]) + 1
 
     def save_checkpoint(self, path: Path) -> None:
         _runner.save_checkpoint(self.state_dict(), path)

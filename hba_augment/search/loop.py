@@ -517,26 +517,18 @@ class _Search:
 
     # -- checkpoint -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        rng = _runner.rng_state(self.device, self._generators())
-        return {
-            "format": _CHECKPOINT_FORMAT,
-            "version": _CHECKPOINT_VERSION,
-            "config": self.config.to_dict(),
-            "data_fingerprint": self.fingerprint,
-            "epoch": self.epoch,
-            "step": self.step,
-            "model": self.hm.state_dict(),
-            "optimizer": self.opt.state_dict(),
-            "hparam_optimizer": self.hopt.state_dict(),
-            "hparams": self.hparams.detach().cpu().clone(),
-            "rng": rng,
-            "val_stream": {"perm": self.val_stream.perm.clone(), "pos": self.val_stream.pos},
-            "prob_history": [t.clone() for t in self.prob_history],
-            "mag_history": [t.clone() for t in self.mag_history],
-            "metrics": json.loads(json.dumps(self.metrics)),
-            "wall_seconds": self.wall_seconds,
-            "sessions": self.sessions,
-        }
+        return _runner.checkpoint_state(
+            self, _CHECKPOINT_FORMAT, _CHECKPOINT_VERSION,
+            model=self.hm.state_dict(),
+            optimizer=self.opt.state_dict(),
+            hparam_optimizer=self.hopt.state_dict(),
+            hparams=self.hparams.detach().cpu().clone(),
+            rng=_runner.rng_state(self.device, self._generators()),
+            val_stream={"perm": self.val_stream.perm.clone(), "pos": self.val_stream.pos},
+            prob_history=[t.clone() for t in self.prob_history],
+            mag_history=[t.clone() for t in self.mag_history],
+            metrics=json.loads(json.dumps(self.metrics)),
+        )
 
     def _generators(self) -> dict[str, torch.Generator]:
         return {"data": self.g_data, "noise": self.g_noise, "augment": self.g_aug}
@@ -557,12 +549,10 @@ class _Search:
         _runner.restore_rng(state["rng"], self.device, self._generators())
         self.val_stream.perm = state["val_stream"]["perm"]
         self.val_stream.pos = int(state["val_stream"]["pos"])
-        self.epoch, self.step = int(state["epoch"]), int(state["step"])
+        _runner.restore_counters(self, state)
         self.prob_history = list(state["prob_history"])
         self.mag_history = list(state["mag_history"])
         self.metrics = list(state["metrics"])
-        self.wall_seconds = float(state["wall_seconds"])
-        self.sessions = int(state["sessions"]) + 1
 
     def save_checkpoint(self, path: Path) -> None:
         _runner.save_checkpoint(self.state_dict(), path)
