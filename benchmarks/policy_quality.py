@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hba_augment.search._cli_common import positive_int
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "cifar-10-jpeg.tar.gz"
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "policy_quality"
@@ -72,16 +74,6 @@ def _policies(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--dataset", default="imagefolder", help="dataset format (hba-augment train --dataset)")
@@ -89,17 +81,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-name", default="CIFAR-10 (JPEG q75 copy)", help="how the data is named in the report")
     p.add_argument("--preset", default="cifar10", help="hba-augment train --preset")
     p.add_argument("--model", default="wrn-10-1", help="network")
-    p.add_argument("--epochs", type=_positive, default=8, help="training epochs per run")
-    p.add_argument("--train-size", type=_positive, default=10000, help="class-balanced training subset")
-    p.add_argument("--test-size", type=_positive, help="class-balanced test subset (default: the whole test split)")
+    p.add_argument("--epochs", type=positive_int, default=8, help="training epochs per run")
+    p.add_argument("--train-size", type=positive_int, default=10000, help="class-balanced training subset")
+    p.add_argument("--test-size", type=positive_int, help="class-balanced test subset (default: the whole test split)")
     p.add_argument("--subset-seed", type=int, default=0, help="seed of the subsets (the same for every run)")
     p.add_argument("--seeds", type=_seeds, default=[0, 1, 2], help="training seeds, comma-separated")
     p.add_argument("--policies", type=_policies, default=list(ALL_POLICIES), help="comma-separated, in table order")
     p.add_argument("--hba", default="cifar10", help="HBA schedule for the hba policy: shipped name or JSON path")
     p.add_argument("--device", default="cpu", help="torch device of the runs")
-    p.add_argument("--threads", type=_positive, default=1,
+    p.add_argument("--threads", type=positive_int, default=1,
                    help="torch threads per run (one is robust on a shared 2-core machine)")
-    p.add_argument("--jobs", type=_positive, default=1, help="runs at a time")
+    p.add_argument("--jobs", type=positive_int, default=1, help="runs at a time")
     p.add_argument("--num-workers", type=int, help="hba-augment train --num-workers (default: its own)")
     p.add_argument("--extra", default="", help="more hba-augment train options for every run, e.g. '--lr 0.05'")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (policy_quality.md/.json, runs/)")

@@ -67,6 +67,7 @@ from hba_augment import policy as hba_policy
 from hba_augment.functional._table import OPS
 from hba_augment.schedule import Schedule
 from hba_augment.search import evaluate, loop
+from hba_augment.search._cli_common import nonneg_int, positive_int
 from hba_augment.search.data import ImageData, load_dataset, reduced_split
 
 __all__ = ["METHODS", "PROTOCOL", "load_images", "main", "render_markdown", "run_benchmark", "train_images_needed"]
@@ -525,26 +526,6 @@ def render_markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
-
-
 def _probability(text: str) -> float:
     try:
         value = float(text)
@@ -559,13 +540,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="wrn-40-2", help="network (default wrn-40-2)")
-    parser.add_argument("--batch-size", type=_positive, default=128, help="batch size of every method (default 128)")
-    parser.add_argument("--steps", type=_positive, default=8,
+    parser.add_argument("--batch-size", type=positive_int, default=128, help="batch size of every method (default 128)")
+    parser.add_argument("--steps", type=positive_int, default=8,
                         help="training steps timed per method, rounded up to a multiple of t_train=2 (default 8)")
-    parser.add_argument("--warmup", type=_non_negative, default=2,
+    parser.add_argument("--warmup", type=nonneg_int, default=2,
                         help="training steps discarded first per method, rounded up likewise (default 2)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default cpu)")
-    parser.add_argument("--threads", type=_positive, default=1, help="torch intra-op threads (default 1)")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--data-dir", default=str(DEFAULT_DATA),
                         help="folder holding cifar-10-batches-py/ (default ../shared/data beside the repository)")
     parser.add_argument("--policy-prob", type=_probability, default=0.5,

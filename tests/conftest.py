@@ -1,10 +1,12 @@
-"""Shared fixtures: where the real data lives, and a fixed set of lossless CIFAR-10 images."""
+"""Shared fixtures: where the real data lives, a fixed set of lossless CIFAR-10 images, one torch thread."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import pickle
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -41,17 +43,33 @@ def load_cifar_batch(path: Path, n: int | None = None) -> tuple[torch.Tensor, li
     return images, labels
 
 
+@contextlib.contextmanager
+def _one_torch_thread() -> Iterator[None]:
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 @pytest.fixture(scope="module")
 def torch_single_thread():
     """Run a module's tests with one intra-op thread, then restore the previous setting.
 
-    The op tests push thousands of tiny tensors through torch: threads only add synchronisation, and on a
-    busy machine with few cores OpenMP workers waiting for a descheduled peer made them ~50x slower.
+    Tiny tensors and small convolutions on a shared machine with few cores: threads only add
+    synchronisation, and OpenMP workers waiting for a descheduled peer made the op tests ~50x slower.
     """
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+    with _one_torch_thread():
+        yield
+
+
+@pytest.fixture
+def torch_single_thread_per_test():
+    """One intra-op thread for each test, restored after it (for tests that change the setting themselves,
+    e.g. through a command's ``--threads``)."""
+    with _one_torch_thread():
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -63,6 +81,14 @@ def data_dir() -> Path:
         how = "HBA_DATA_DIR" if env else "the default location beside the repository"
         pytest.skip(f"shared data folder not found at {path} (from {how}); set HBA_DATA_DIR to it")
     return path
+
+
+@pytest.fixture(scope="session")
+def cifar_dir(data_dir: Path) -> Path:
+    """The shared data folder, skipping unless it holds lossless CIFAR-10 (``cifar-10-batches-py/``)."""
+    if not (data_dir / "cifar-10-batches-py" / "data_batch_1").is_file():
+        pytest.skip(f"lossless CIFAR-10 not found in {data_dir}")
+    return data_dir
 
 
 @pytest.fixture(scope="session")

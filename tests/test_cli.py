@@ -14,15 +14,9 @@ import torch
 from hba_augment.cli import COMMANDS, main
 from hba_augment.schedule import Schedule
 
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture
@@ -132,9 +126,8 @@ def test_search_bad_values(tmp_path: Path, data_dir: Path, capsys):
     assert not (tmp_path / "o" / "schedule.json").exists()
 
 
-def test_search_end_to_end(tmp_path: Path, data_dir: Path, capsys):
-    if not (data_dir / "cifar-10-batches-py").is_dir():
-        pytest.skip("lossless CIFAR-10 not found")
+def test_search_end_to_end(tmp_path: Path, cifar_dir: Path, capsys):
+    data_dir = cifar_dir
     out = tmp_path / "run"
     args = ["search", "--dataset", "cifar10", "--data-dir", str(data_dir), "--model", "wrn-10-1",
             "--epochs", "1", "--train-size", "64", "--val-size", "32", "--batch-size", "32",

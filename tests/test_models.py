@@ -9,6 +9,8 @@ from hba_augment.search.models import available_models, create_model
 from hba_augment.search.models.pyramidnet import PyramidNet, shake_drop
 from hba_augment.search.models.shake_shake import ShakeShakeBlock, shake_shake_mix
 
+pytestmark = pytest.mark.usefixtures("torch_single_thread_per_test")
+
 # Published parameter counts (AutoAugment / PBA / HBA tables; torchvision for ResNet-50).
 PUBLISHED = {
     ("wrn-40-2", 10): 2.2e6,
@@ -25,15 +27,6 @@ PUBLISHED = {
 # pyramidnet-272-200 by pyramidnet-20-48); their parameter counts are checked above.
 SMALL = ["wrn-40-2", "wrn-16-2", "shake-shake-26-2x32d", "shake-shake-8-2x16d", "pyramidnet-20-48", "resnet-50",
          "alexnet-stn"]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Small convolutions on a shared 2-core machine are much faster single-threaded.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def n_params(model: torch.nn.Module) -> int:

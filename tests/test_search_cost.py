@@ -13,6 +13,8 @@ import torch
 
 from hba_augment.search.data import ImageData
 
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
 _PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "search_cost.py"
 
 
@@ -24,14 +26,6 @@ def search_cost():
     spec.loader.exec_module(module)
     yield module
     sys.modules.pop("search_cost", None)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _images(n: int, seed: int) -> ImageData:
@@ -97,9 +91,8 @@ def test_bad_arguments(search_cost):
         search_cost.run_benchmark(_images(16, 0), _images(8, 1), model="wrn-10-1", batch_size=8, steps=0)
 
 
-def test_command_line_writes_json_and_markdown(search_cost, data_dir: Path, tmp_path: Path, capsys):
-    if not (data_dir / "cifar-10-batches-py").is_dir():
-        pytest.skip(f"lossless CIFAR-10 not found in {data_dir}")
+def test_command_line_writes_json_and_markdown(search_cost, cifar_dir: Path, tmp_path: Path, capsys):
+    data_dir = cifar_dir
     out = tmp_path / "sc"
     assert search_cost.main(["--model", "wrn-10-1", "--batch-size", "8", "--steps", "1", "--warmup", "0",
                              "--data-dir", str(data_dir), "--out", str(out)]) == 0

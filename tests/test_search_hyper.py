@@ -23,16 +23,9 @@ from hba_augment.search.hyper import HyperBatchNorm2d, HyperConv2d, HyperLinear
 from hba_augment.search.hyperize import STRATEGIES, HyperModel, hyperize
 from hba_augment.search.models import available_models, create_model
 
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
 N = 7  # number of hyperparameters in the layer tests
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # The CI machine is small and shared; one intra-op thread avoids OpenMP contention.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _randomise(layer: nn.Module, seed: int = 0) -> nn.Module:

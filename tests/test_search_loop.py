@@ -22,26 +22,17 @@ from hba_augment.search.loop import (
     run_search,
 )
 
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PROVENANCE_KEYS = {"dataset", "train_images", "val_images", "model", "strategy", "search_epochs", "seed",
                    "wall_seconds", "device", "package_version", "command", "lr", "wd", "hparam_lr", "batch_size",
                    "sigma", "data_source"}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # The CI machine is small and shared; one intra-op thread avoids OpenMP contention.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
-def cifar(data_dir: Path):
-    if not (data_dir / "cifar-10-batches-py").is_dir():
-        pytest.skip(f"lossless CIFAR-10 not found in {data_dir}")
-    return load_dataset("cifar10", data_dir)
+def cifar(cifar_dir: Path):
+    return load_dataset("cifar10", cifar_dir)
 
 
 def _tiny(cifar, train: int = 96, val: int = 64):

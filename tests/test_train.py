@@ -19,24 +19,10 @@ from hba_augment.search.evaluate import (
 )
 from hba_augment.search.train_cli import main
 
+# Per test: --threads changes the process-wide setting.
+pytestmark = pytest.mark.usefixtures("torch_single_thread_per_test")
+
 POLICIES = ["none", "baseline", "cutout", "autoaugment", "randaugment", "trivialaugment", "hba"]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny models on a shared 2-core machine are much faster single-threaded; --threads would also
-    # change the process-wide setting, so it is restored here.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def cifar_dir(data_dir):
-    if not (data_dir / "cifar-10-batches-py" / "data_batch_1").is_file():
-        pytest.skip(f"lossless CIFAR-10 not found in {data_dir}")
-    return data_dir
 
 
 @pytest.fixture(scope="module")

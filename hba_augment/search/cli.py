@@ -12,58 +12,17 @@ import shlex
 import sys
 from collections.abc import Sequence
 
+from hba_augment.search._cli_common import (
+    classes,
+    milestones,
+    nonneg_float,
+    nonneg_int,
+    positive_int,
+    run_command,
+    setup_torch,
+)
+
 __all__ = ["build_parser", "main"]
-
-
-def _classes(text: str) -> int | tuple[str, ...]:
-    text = text.strip()
-    if text.isdigit():
-        value = int(text)
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-        return value
-    names = tuple(c.strip() for c in text.split(",") if c.strip())
-    if not names:
-        raise argparse.ArgumentTypeError(f"expected a count or comma-separated class names, got {text!r}")
-    return names
-
-
-def _milestones(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated epochs, e.g. 90,180,240, got {text!r}") from None
-    return values
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _nonneg_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def _nonneg_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return value
 
 
 def _preset_table() -> str:
@@ -97,10 +56,10 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     g.add_argument("--dataset", choices=datasets, default="cifar10", help="dataset format (default: cifar10)")
     g.add_argument("--data-dir", required=True, help="dataset root (CIFAR: the folder holding cifar-10-batches-py/; "
                    "imagefolder: a tree or a .tar/.tar.gz archive of one)")
-    g.add_argument("--train-size", type=_positive_int, help="training images, class-balanced" + preset)
-    g.add_argument("--val-size", type=_positive_int, help="validation images, class-balanced, disjoint" + preset)
-    g.add_argument("--image-size", type=_positive_int, help="resize images to SIZE x SIZE" + preset)
-    g.add_argument("--classes", type=_classes, help="the first N classes, or comma-separated class names" + preset)
+    g.add_argument("--train-size", type=positive_int, help="training images, class-balanced" + preset)
+    g.add_argument("--val-size", type=positive_int, help="validation images, class-balanced, disjoint" + preset)
+    g.add_argument("--image-size", type=positive_int, help="resize images to SIZE x SIZE" + preset)
+    g.add_argument("--classes", type=classes, help="the first N classes, or comma-separated class names" + preset)
     g.add_argument("--download", action="store_true", help="download CIFAR/SVHN into --data-dir if missing")
     g = p.add_argument_group("search")
     g.add_argument("--preset", choices=("cifar10", "svhn", "imagenet"),
@@ -108,24 +67,24 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     g.add_argument("--model", default="wrn-40-2", help="model, e.g. wrn-40-2, wrn-28-10, wrn-10-1 (default: wrn-40-2)")
     g.add_argument("--strategy", choices=strategies, default="first-bn",
                    help="layers that get hyper-layers (default: first-bn)")
-    g.add_argument("--epochs", type=_positive_int, help="search epochs = schedule entries" + preset)
-    g.add_argument("--batch-size", type=_positive_int, default=128, help="batch size (default: 128)")
-    g.add_argument("--lr", type=_nonneg_float, help="SGD learning rate of the network" + preset)
+    g.add_argument("--epochs", type=positive_int, help="search epochs = schedule entries" + preset)
+    g.add_argument("--batch-size", type=positive_int, default=128, help="batch size (default: 128)")
+    g.add_argument("--lr", type=nonneg_float, help="SGD learning rate of the network" + preset)
     g.add_argument("--lr-schedule", choices=("cosine", "step", "constant"), help="SGD learning-rate schedule" + preset)
-    g.add_argument("--lr-milestones", type=_milestones, help="epochs of the x0.1 drops of 'step', e.g. 90,180,240"
+    g.add_argument("--lr-milestones", type=milestones, help="epochs of the x0.1 drops of 'step', e.g. 90,180,240"
                    + preset)
-    g.add_argument("--wd", type=_nonneg_float, help="weight decay" + preset)
-    g.add_argument("--hparam-lr", type=_nonneg_float, help="Adam learning rate of the hyperparameters" + preset)
-    g.add_argument("--sigma", type=_nonneg_float, default=1.0, help="std of the per-image perturbation (default: 1)")
-    g.add_argument("--t-train", type=_positive_int, default=2, help="SGD steps per outer iteration (default: 2)")
-    g.add_argument("--t-val", type=_nonneg_int, default=1, help="hyperparameter steps per outer iteration (default: 1)")
-    g.add_argument("--cutout", type=_nonneg_int, help="Cutout size after the policy, 0 for none" + preset)
-    g.add_argument("--crop-padding", type=_nonneg_int, help="padding of the random crop, 0 for no crop" + preset)
+    g.add_argument("--wd", type=nonneg_float, help="weight decay" + preset)
+    g.add_argument("--hparam-lr", type=nonneg_float, help="Adam learning rate of the hyperparameters" + preset)
+    g.add_argument("--sigma", type=nonneg_float, default=1.0, help="std of the per-image perturbation (default: 1)")
+    g.add_argument("--t-train", type=positive_int, default=2, help="SGD steps per outer iteration (default: 2)")
+    g.add_argument("--t-val", type=nonneg_int, default=1, help="hyperparameter steps per outer iteration (default: 1)")
+    g.add_argument("--cutout", type=nonneg_int, help="Cutout size after the policy, 0 for none" + preset)
+    g.add_argument("--crop-padding", type=nonneg_int, help="padding of the random crop, 0 for no crop" + preset)
     g.add_argument("--no-flip", dest="flip", action="store_false", default=None,
                    help="no random horizontal flip (default: from the preset)")
-    g.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the split, the model and all draws (default: 0)")
+    g.add_argument("--seed", type=nonneg_int, default=0, help="seed of the split, the model and all draws (default: 0)")
     g.add_argument("--device", default="auto", help="torch device (default: auto = cuda if available, else cpu)")
-    g.add_argument("--threads", type=_positive_int, help="torch CPU threads (default: torch's choice)")
+    g.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's choice)")
     g.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
                    help="channels-last memory format (default: on for CPU, off otherwise)")
     g = p.add_argument_group("output")
@@ -149,15 +108,12 @@ def main(argv: Sequence[str] | None = None, prog: str = "hba-augment search") ->
 
     from hba_augment.search.loop import SearchConfig, SearchDivergedError, run_search
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = args.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = setup_torch(args.threads, args.device)
     if device.startswith("cuda"):
         # Fixed shapes all run long: let cuDNN pick the fastest kernels.
         torch.backends.cudnn.benchmark = True
-    try:
+
+    def body() -> str:
         config = SearchConfig.from_preset(
             args.preset, dataset=args.dataset, data_dir=args.data_dir, model=args.model, strategy=args.strategy,
             epochs=args.epochs, train_size=args.train_size, val_size=args.val_size, batch_size=args.batch_size,
@@ -176,18 +132,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "hba-augment search") ->
         command = shlex.join([*prog.split(), *argv])
         result = run_search(config, args.out, resume=args.resume, command=command, progress=args.progress,
                             plot=args.plot)
-    except SearchDivergedError as e:
-        print(f"{prog}: {e}", file=sys.stderr)
-        return 1
-    except (ValueError, FileNotFoundError) as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted; continue with the same command and --resume", file=sys.stderr)
-        return 130
-    print(result.files["schedule"])
-    return 0
+        return str(result.files["schedule"])
 
+    return run_command(prog, body, SearchDivergedError)
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -45,8 +45,6 @@ import dataclasses
 import json
 import math
 import os
-import shlex
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -59,16 +57,7 @@ from torch import Tensor, nn
 
 from hba_augment._io import atomic_open
 from hba_augment._version import __version__
-from hba_augment.search.loop import (
-    PRESETS as SEARCH_PRESETS,
-)
-from hba_augment.search.loop import (
-    _fingerprint,
-    _write_metrics,
-    baseline_augment,
-    describe_device,
-    lr_at,
-)
+from hba_augment.search import _runner
 
 __all__ = [
     "CHECKPOINT_FILE",
@@ -124,20 +113,19 @@ PAPER_HPARAMS: dict[str, dict[str, tuple[float, float, int, int]]] = {
 #: the search's presets) and torchvision's AutoAugment policy.
 EVAL_PRESETS: dict[str, dict[str, Any]] = {
     "cifar10": {"lr_schedule": "cosine", "lr_milestones": (), "autoaugment_policy": "CIFAR10",
-                **{k: SEARCH_PRESETS["cifar10"][k] for k in ("flip", "crop_padding", "cutout")}},
+                **_runner.BASELINES["cifar10"]},
     "cifar100": {"lr_schedule": "cosine", "lr_milestones": (), "autoaugment_policy": "CIFAR10",
-                 **{k: SEARCH_PRESETS["cifar10"][k] for k in ("flip", "crop_padding", "cutout")}},
+                 **_runner.BASELINES["cifar10"]},
     "svhn": {"lr_schedule": "cosine", "lr_milestones": (), "autoaugment_policy": "SVHN",
-             **{k: SEARCH_PRESETS["svhn"][k] for k in ("flip", "crop_padding", "cutout")}},
+             **_runner.BASELINES["svhn"]},
     # Paper: ImageNet uses a step decay at epochs 90, 180, 240. Its 224x224 baseline (random resized crop,
     # colour and PCA jitter) does not apply to the small ImageFolder copies here: flip + pad-4 crop, as
     # the search's ImageNet preset.
     "imagenet": {"lr_schedule": "step", "lr_milestones": (90, 180, 240), "autoaugment_policy": "IMAGENET",
-                 **{k: SEARCH_PRESETS["imagenet"][k] for k in ("flip", "crop_padding", "cutout")}},
+                 **_runner.BASELINES["imagenet"]},
 }
 #: Preset used for each dataset when none is named (``imagefolder`` + ``--preset cifar10`` for CIFAR-10 JPEG).
 DEFAULT_PRESET = {"cifar10": "cifar10", "cifar100": "cifar100", "svhn": "svhn", "imagefolder": "imagenet"}
-_LR_SCHEDULES = ("cosine", "step", "constant")
 # May differ between the run that wrote a checkpoint and the one that resumes it (they do not change
 # what is trained).
 _RESUME_FREE = frozenset({"data_dir", "device", "num_workers", "eval_every", "eval_batch_size", "download"})
@@ -311,19 +299,6 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field (the model name and HBA schedule included)."""
-        def integer(name: str, minimum: int, optional: bool = False) -> None:
-            v = getattr(self, name)
-            if optional and v is None:
-                return
-            if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-                raise ValueError(f"{name} must be an integer >= {minimum}, got {v!r}")
-
-        def number(name: str, positive: bool = False) -> None:
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (
-                    positive and v == 0):
-                raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got {v!r}")
-
         from hba_augment.search.data import DATASETS
 
         if self.dataset not in DATASETS:
@@ -331,28 +306,19 @@ class TrainConfig:
         if self.preset not in EVAL_PRESETS:
             raise ValueError(f"Unknown preset {self.preset!r}; expected one of {list(EVAL_PRESETS)}")
         for name in ("epochs", "batch_size", "eval_batch_size"):
-            integer(name, 1)
+            _runner.check_int(self, name, 1)
         for name in ("train_size", "test_size"):
-            integer(name, 1, optional=True)
+            _runner.check_int(self, name, 1, optional=True)
         for name in ("seed", "crop_padding", "cutout", "eval_every"):
-            integer(name, 0)
-        integer("subset_seed", 0, optional=True)
-        integer("num_workers", 0, optional=True)
-        integer("image_size", 1, optional=True)
-        number("lr", positive=True)
+            _runner.check_int(self, name, 0)
+        _runner.check_int(self, "subset_seed", 0, optional=True)
+        _runner.check_int(self, "num_workers", 0, optional=True)
+        _runner.check_int(self, "image_size", 1, optional=True)
+        _runner.check_nonneg_number(self, "lr", positive=True)
         for name in ("wd", "momentum", "lr_gamma"):
-            number(name)
-        if self.lr_schedule not in _LR_SCHEDULES:
-            raise ValueError(f"Unknown lr_schedule {self.lr_schedule!r}; expected one of {list(_LR_SCHEDULES)}")
-        ms = tuple(self.lr_milestones)
-        if any(isinstance(m, bool) or not isinstance(m, int) or m < 0 for m in ms) or list(ms) != sorted(ms):
-            raise ValueError(f"lr_milestones must be increasing epochs >= 0, got {self.lr_milestones!r}")
-        if self.nesterov and self.momentum == 0:
-            raise ValueError("nesterov=True needs momentum > 0")
-        try:
-            torch.device(self.device)
-        except (RuntimeError, TypeError):
-            raise ValueError(f"Unknown device {self.device!r} (e.g. 'cpu', 'cuda', 'cuda:0')") from None
+            _runner.check_nonneg_number(self, name)
+        _runner.check_lr_schedule(self)
+        _runner.check_device(self.device)
         if not isinstance(self.model, str):
             raise ValueError(f"model must be a string, got {self.model!r}")
         _check_model_name(self.model)
@@ -365,8 +331,7 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-compatible values (tuples become lists)."""
-        d = dataclasses.asdict(self)
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+        return _runner.config_to_dict(self)
 
 
 @dataclass
@@ -519,7 +484,7 @@ class _Trainer:
         self.n_train, self.n_test = len(train.labels), len(test.labels)
         if self.n_train < 2 or self.n_test < 1:
             raise ValueError(f"need at least 2 training images and 1 test image, got {self.n_train} and {self.n_test}")
-        self.fingerprint = _fingerprint(train.images, train.labels, test.images, test.labels)
+        self.fingerprint = _runner.fingerprint(train.images, train.labels, test.images, test.labels)
         self.kind, self.policy_arg = parse_policy(cfg.policy)
         self.aug = cfg.augmentation()
         x64 = train.images.double() / 255.0
@@ -615,7 +580,7 @@ class _Trainer:
             x = self.normalise(x)
             a = self.aug
             if a["flip"] or a["crop_padding"] or a["cutout"]:
-                x = baseline_augment(x, flip=a["flip"], crop_padding=a["crop_padding"], cutout=a["cutout"],
+                x = _runner.baseline_augment(x, flip=a["flip"], crop_padding=a["crop_padding"], cutout=a["cutout"],
                                      generator=self.g_aug)
         if self.config.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
@@ -633,7 +598,7 @@ class _Trainer:
         lr = cfg.lr
         for x, y in self._epoch_batches():
             x = self._augment(x)
-            lr = lr_at(cfg, self.step, self.steps_per_epoch)
+            lr = _runner.lr_at(cfg, self.step, self.steps_per_epoch)
             for group in self.opt.param_groups:
                 group["lr"] = lr
             with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.amp):
@@ -685,52 +650,31 @@ class _Trainer:
 
     # -- checkpoint -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        rng: dict[str, Any] = {"data": self.g_data.get_state(), "augment": self.g_aug.get_state(),
-                               "torch_cpu": torch.get_rng_state()}
-        if self.device.type == "cuda":
-            rng["torch_cuda"] = torch.cuda.get_rng_state_all()
-        return {
-            "format": _CHECKPOINT_FORMAT,
-            "version": _CHECKPOINT_VERSION,
-            "config": self.config.to_dict(),
-            "data_fingerprint": self.fingerprint,
-            "epoch": self.epoch,
-            "step": self.step,
-            "model": self.model.state_dict(),
-            "optimizer": self.opt.state_dict(),
-            "rng": rng,
-            "history": json.loads(json.dumps(self.history)),
-            "wall_seconds": self.wall_seconds,
-            "sessions": self.sessions,
-        }
+        return _runner.checkpoint_state(
+            self, _CHECKPOINT_FORMAT, _CHECKPOINT_VERSION,
+            model=self.model.state_dict(),
+            optimizer=self.opt.state_dict(),
+            rng=_runner.rng_state(self.device, self._generators()),
+            history=json.loads(json.dumps(self.history)),
+        )
+
+    def _generators(self) -> dict[str, torch.Generator]:
+        return {"data": self.g_data, "augment": self.g_aug}
 
     def load_state_dict(self, state: dict[str, Any], path: Path) -> None:
-        if state.get("format") != _CHECKPOINT_FORMAT or state.get("version") != _CHECKPOINT_VERSION:
-            raise ValueError(f"{path} is not a version-{_CHECKPOINT_VERSION} hba-augment train checkpoint")
-        saved, current = state["config"], self.config.to_dict()
-        diff = [k for k in current if k not in _RESUME_FREE and saved.get(k) != current[k]]
-        if diff:
-            details = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {current.get(k)!r}" for k in diff)
-            raise ValueError(f"cannot resume from {path}: the settings differ ({details})")
-        if state["data_fingerprint"] != self.fingerprint:
-            raise ValueError(f"cannot resume from {path}: the training/test images differ from the checkpoint's")
+        _runner.check_checkpoint(
+            state, path, format=_CHECKPOINT_FORMAT, version=_CHECKPOINT_VERSION, kind="hba-augment train",
+            config=self.config.to_dict(), resume_free=_RESUME_FREE, data_fingerprint=self.fingerprint,
+            settings="the settings", data_mismatch="the training/test images differ from the checkpoint's",
+        )
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
-        rng = state["rng"]
-        self.g_data.set_state(rng["data"])
-        self.g_aug.set_state(rng["augment"])
-        torch.set_rng_state(rng["torch_cpu"])
-        if self.device.type == "cuda" and "torch_cuda" in rng:
-            torch.cuda.set_rng_state_all(rng["torch_cuda"])
-        self.epoch, self.step = int(state["epoch"]), int(state["step"])
+        _runner.restore_rng(state["rng"], self.device, self._generators())
+        _runner.restore_counters(self, state)
         self.history = list(state["history"])
-        self.wall_seconds = float(state["wall_seconds"])
-        self.sessions = int(state["sessions"]) + 1
 
     def save_checkpoint(self, path: Path) -> None:
-        state = self.state_dict()
-        with atomic_open(path) as f:
-            torch.save(state, f)
+        _runner.save_checkpoint(self.state_dict(), path)
 
     def close(self) -> None:
         # Persistent workers are shut down with their iterator; drop it explicitly.
@@ -781,70 +725,37 @@ def train_and_evaluate(
     """
     config.validate()
     session_start = time.perf_counter()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    files = {"result": out / RESULT_FILE, "history": out / HISTORY_FILE, "checkpoint": out / CHECKPOINT_FILE}
-    if log is None:
-        def log(msg: str) -> None:
-            print(msg, file=sys.stderr, flush=True)
-    if not resume:
-        existing = [p.name for key, p in files.items() if key in ("result", "checkpoint") and p.exists()]
-        if existing:
-            raise ValueError(f"{out} already holds {', '.join(existing)}; pass resume=True (--resume) to continue "
-                             "that run, or choose another output folder")
-    if command is None:
-        command = shlex.join(sys.argv)
-    if config.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device {config.device!r} requested but CUDA is not available")
-
+    out, files, command, log = _runner.open_run(
+        out_dir, {"result": RESULT_FILE, "history": HISTORY_FILE, "checkpoint": CHECKPOINT_FILE},
+        ("result", "checkpoint"), device=config.device, resume=resume, command=command, log=log, what="run",
+    )
     if data is None:
         train, test, source = load_data(config)
     else:
         train, test = data
         source = "in-memory data passed to train_and_evaluate"
     trainer = _Trainer(config, train, test, log)
-    ckpt = files["checkpoint"]
-    if resume and ckpt.exists():
-        state = torch.load(ckpt, map_location="cpu", weights_only=True)
-        trainer.load_state_dict(state, ckpt)
-        log(f"resuming {ckpt} after epoch {trainer.epoch} of {config.epochs}")
-    elif resume:
-        log(f"no checkpoint in {out}; starting a new run")
-    trainer.wall_seconds += time.perf_counter() - session_start
-    device_text = describe_device(trainer.device)
+    _runner.start_session(trainer, files["checkpoint"], resume=resume, epochs=config.epochs, session_start=session_start,
+                  log=log, what="run")
+    device_text = _runner.describe_device(trainer.device)
     log(f"train: {config.model}, policy {config.policy}, {trainer.n_train} train / {trainer.n_test} test images, "
         f"{config.epochs} epochs x {trainer.steps_per_epoch} steps, batch {config.batch_size}, lr {config.lr:g} "
         f"({config.lr_schedule}), wd {config.wd:g}, device {device_text}")
 
-    from tqdm.auto import tqdm
+    def report(entry: dict[str, Any], remaining: float) -> tuple[str, dict[str, str]]:
+        tested = (f" | test loss {entry['test_loss']:.4f} error {entry['test_error']:.2f}%"
+                  if "test_error" in entry else "")
+        line = (f"epoch {entry['epoch']}/{config.epochs}: train loss {entry['train_loss']:.4f} "
+                f"acc {entry['train_acc']:.3f}{tested} | lr {entry['lr']:.4g} | {entry['seconds']:.1f} s, "
+                f"ETA {remaining / 60:.1f} min")
+        return line, {"loss": f"{entry['train_loss']:.3f}"}
 
-    bar = tqdm(total=config.epochs * trainer.steps_per_epoch, initial=trainer.epoch * trainer.steps_per_epoch,
-               desc=f"train {config.policy}", unit="step", dynamic_ncols=True,
-               disable=None if progress is None else not progress, file=sys.stderr)
-    trainer.on_step = lambda: bar.update(1)
     try:
-        while trainer.epoch < config.epochs:
-            entry = trainer.run_epoch()
-            trainer.wall_seconds += entry["seconds"]
-            entry["wall_seconds"] = trainer.wall_seconds
-            trainer.history.append(entry)
-            trainer.save_checkpoint(ckpt)
-            _write_metrics(files["history"], trainer.history)
-            remaining = (config.epochs - trainer.epoch) * entry["seconds"]
-            tested = (f" | test loss {entry['test_loss']:.4f} error {entry['test_error']:.2f}%"
-                      if "test_error" in entry else "")
-            line = (f"epoch {entry['epoch']}/{config.epochs}: train loss {entry['train_loss']:.4f} "
-                    f"acc {entry['train_acc']:.3f}{tested} | lr {entry['lr']:.4g} | {entry['seconds']:.1f} s, "
-                    f"ETA {remaining / 60:.1f} min")
-            bar.set_postfix(loss=f"{entry['train_loss']:.3f}")
-            if bar.disable:
-                log(line)
-            else:
-                bar.write(line, file=sys.stderr)
-            if on_epoch_end is not None:
-                on_epoch_end(entry)
+        _runner.run_epochs(trainer, epochs=config.epochs, records=trainer.history, checkpoint=files["checkpoint"],
+                   records_file=files["history"], seconds_key="seconds", ticks_per_epoch=trainer.steps_per_epoch,
+                   tick_hook="on_step", desc=f"train {config.policy}", unit="step", report=report,
+                   progress=progress, log=log, on_epoch_end=on_epoch_end)
     finally:
-        bar.close()
         trainer.close()
 
     last = trainer.history[-1]

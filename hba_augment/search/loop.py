@@ -36,15 +36,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import math
 import os
-import platform
-import shlex
-import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,10 +50,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hba_augment import functional
-from hba_augment._io import atomic_open
 from hba_augment._version import __version__
 from hba_augment.functional._table import MAGNITUDE_OPS, OPS
 from hba_augment.schedule import Schedule
+from hba_augment.search import _runner
+from hba_augment.search._runner import (
+    LR_SCHEDULES as LR_SCHEDULES,  # re-exported (this module defined it before _runner existed)
+)
+from hba_augment.search._runner import baseline_augment, describe_device, lr_at
 from hba_augment.search.hparams import NUM_HPARAMS, NUM_PROB_HPARAMS, hparams_to_policy, init_hparams
 from hba_augment.search.hyperize import STRATEGIES, HyperModel, hyperize
 from hba_augment.search.models import create_model
@@ -72,6 +72,7 @@ __all__ = [
     "SearchDivergedError",
     "SearchResult",
     "baseline_augment",
+    "describe_device",
     "lr_at",
     "run_search",
 ]
@@ -84,28 +85,26 @@ _CHECKPOINT_FORMAT = "hba-search-checkpoint"
 _CHECKPOINT_VERSION = 1
 
 #: The paper's search settings (appendix table "Hyperparameters for policy search") plus the baseline
-#: augmentation of each protocol. ``cifar10`` is also used for CIFAR-100.
+#: augmentation of each protocol (:data:`hba_augment.search._runner.BASELINES`). ``cifar10`` is also
+#: used for CIFAR-100.
 PRESETS: dict[str, dict[str, Any]] = {
     "cifar10": {
         "epochs": 200, "train_size": 4000, "val_size": 10000, "lr": 0.05, "lr_schedule": "cosine",
-        "lr_milestones": (), "wd": 0.005, "hparam_lr": 0.03, "flip": True, "crop_padding": 4, "cutout": 16,
+        "lr_milestones": (), "wd": 0.005, "hparam_lr": 0.03, **_runner.BASELINES["cifar10"],
     },
-    # Paper: the SVHN baseline is standardisation only, Cutout 20x20.
     "svhn": {
         "epochs": 160, "train_size": 4000, "val_size": 10000, "lr": 0.01, "lr_schedule": "cosine",
-        "lr_milestones": (), "wd": 0.01, "hparam_lr": 0.02, "flip": False, "crop_padding": 0, "cutout": 20,
+        "lr_milestones": (), "wd": 0.01, "hparam_lr": 0.02, **_runner.BASELINES["svhn"],
     },
-    # Reduced ImageNet: 120 classes at 32x32. The paper's full-size ImageNet baseline (random resized crop,
-    # colour/PCA jitter) does not fit 32x32 images; we use CIFAR's flip + pad-4 crop and no Cutout.
+    # Reduced ImageNet: 120 classes at 32x32.
     "imagenet": {
         "epochs": 270, "train_size": 6000, "val_size": 10000, "lr": 0.1, "lr_schedule": "step",
-        "lr_milestones": (90, 180, 240), "wd": 0.001, "hparam_lr": 0.007, "flip": True, "crop_padding": 4,
-        "cutout": 0, "image_size": 32, "classes": 120,
+        "lr_milestones": (90, 180, 240), "wd": 0.001, "hparam_lr": 0.007, **_runner.BASELINES["imagenet"],
+        "image_size": 32, "classes": 120,
     },
 }
 #: Preset used for each dataset when none is named.
 DEFAULT_PRESET = {"cifar10": "cifar10", "cifar100": "cifar10", "svhn": "svhn", "imagefolder": "imagenet"}
-LR_SCHEDULES = ("cosine", "step", "constant")
 
 # Fields that may differ between the run that wrote a checkpoint and the run that resumes it.
 _RESUME_FREE = frozenset({"data_dir", "name", "device"})
@@ -197,17 +196,6 @@ class SearchConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field."""
-        def positive_int(name: str, minimum: int = 1) -> None:
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-                raise ValueError(f"{name} must be an integer >= {minimum}, got {v!r}")
-
-        def nonneg_float(name: str, positive: bool = False) -> None:
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (
-                    positive and v == 0):
-                raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got {v!r}")
-
         from hba_augment.search.data import DATASETS
 
         if self.dataset not in DATASETS:
@@ -215,38 +203,26 @@ class SearchConfig:
         if self.strategy not in STRATEGIES or self.strategy == "none":
             raise ValueError(f"Unknown strategy {self.strategy!r}; expected one of "
                              f"{[s for s in STRATEGIES if s != 'none']}")
-        for name in ("epochs", "train_size", "batch_size", "t_train"):
-            positive_int(name)
-        positive_int("val_size")
+        for name in ("epochs", "train_size", "batch_size", "t_train", "val_size"):
+            _runner.check_int(self, name, 1)
         for name in ("t_val", "crop_padding", "cutout", "seed"):
-            positive_int(name, 0)
+            _runner.check_int(self, name, 0)
         for name in ("lr", "hparam_lr"):
-            nonneg_float(name, positive=True)
+            _runner.check_nonneg_number(self, name, positive=True)
         for name in ("wd", "sigma", "momentum", "lr_gamma"):
-            nonneg_float(name)
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ValueError(f"Unknown lr_schedule {self.lr_schedule!r}; expected one of {list(LR_SCHEDULES)}")
-        milestones = tuple(self.lr_milestones)
-        if any(isinstance(m, bool) or not isinstance(m, int) or m < 0 for m in milestones) or list(
-                milestones) != sorted(milestones):
-            raise ValueError(f"lr_milestones must be increasing epochs >= 0, got {self.lr_milestones!r}")
-        if self.nesterov and self.momentum == 0:
-            raise ValueError("nesterov=True needs momentum > 0")
+            _runner.check_nonneg_number(self, name)
+        _runner.check_lr_schedule(self)
         if self.image_size is not None and (isinstance(self.image_size, bool) or not isinstance(
                 self.image_size, int) or self.image_size < 1):
             raise ValueError(f"image_size must be a positive int or None, got {self.image_size!r}")
         functional.check_count_probs(self.count_probs)
-        try:
-            torch.device(self.device)
-        except (RuntimeError, TypeError):
-            raise ValueError(f"Unknown device {self.device!r} (e.g. 'cpu', 'cuda', 'cuda:0')") from None
+        _runner.check_device(self.device)
         if not isinstance(self.name, str) or not self.name.strip():
             raise ValueError(f"name must be a non-empty string, got {self.name!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-compatible values (tuples become lists)."""
-        d = dataclasses.asdict(self)
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+        return _runner.config_to_dict(self)
 
 
 @dataclass
@@ -260,69 +236,6 @@ class SearchResult:
 
 
 # --------------------------------------------------------------------------------------------- helpers
-def lr_at(config: SearchConfig, step: int, steps_per_epoch: int) -> float:
-    """SGD learning rate at (0-based, global) training step ``step``."""
-    if config.lr_schedule == "cosine":
-        total = config.epochs * steps_per_epoch
-        return config.lr * 0.5 * (1.0 + math.cos(math.pi * step / total))
-    if config.lr_schedule == "step":
-        epoch = step / steps_per_epoch
-        drops = sum(1 for m in config.lr_milestones if epoch >= m)
-        return config.lr * config.lr_gamma**drops
-    return config.lr
-
-
-def baseline_augment(
-    images: Tensor,
-    *,
-    flip: bool = True,
-    crop_padding: int = 4,
-    cutout: int = 16,
-    generator: torch.Generator | None = None,
-) -> Tensor:
-    """Random horizontal flip, zero-padded random crop and Cutout, per image, as batched tensor ops.
-
-    PBA's ``random_flip(zero_pad_and_crop(x, 4))`` then ``cutout_numpy(x, 16)``: the crop window is a
-    uniform offset in ``[0, 2 * crop_padding]`` of the padded image (same size as the input), the crop is
-    flipped with probability 0.5, and Cutout zeroes rows ``[max(0, cy - s//2), min(H, cy + s//2))`` and
-    likewise columns, with ``(cy, cx)`` uniform over the pixels. Crop and flip are one gather. Random
-    draws, in order: flips ``(B,)`` uniforms, crop offsets ``(B, 2)``, Cutout rows ``(B,)``, columns ``(B,)``.
-
-    Args:
-        images: float ``(B, C, H, W)`` (standardised, so zero is the mean colour).
-        flip: flip each image horizontally with probability 0.5.
-        crop_padding: padding of the random crop (0: no crop).
-        cutout: side of the Cutout square (0: no Cutout).
-        generator: random stream on the images' device.
-
-    Returns:
-        A new ``(B, C, H, W)`` tensor.
-    """
-    b, c, h, w = images.shape
-    dev = images.device
-    p = crop_padding
-    out = images
-    if flip or p:
-        flips = torch.rand(b, generator=generator, device=dev) < 0.5 if flip else torch.zeros(b, dtype=torch.bool, device=dev)
-        offsets = torch.randint(0, 2 * p + 1, (b, 2), generator=generator, device=dev)
-        padded = F.pad(images, (p, p, p, p)) if p else images
-        rows = torch.arange(h, device=dev) + offsets[:, :1]  # (B, H) into the padded image
-        ar_w = torch.arange(w, device=dev)
-        # Crop, then flip the crop: output column j reads crop column (w - 1 - j) of a flipped image.
-        cols = torch.where(flips[:, None], (w - 1) - ar_w, ar_w) + offsets[:, 1:]
-        out = padded.gather(2, rows[:, None, :, None].expand(b, c, h, w + 2 * p))
-        out = out.gather(3, cols[:, None, None, :].expand(b, c, h, w))
-    if cutout:
-        centre = torch.stack([torch.randint(0, h, (b,), generator=generator, device=dev),
-                              torch.randint(0, w, (b,), generator=generator, device=dev)], dim=1)
-        half = cutout // 2
-        ar_h, ar_w = torch.arange(h, device=dev), torch.arange(w, device=dev)
-        in_rows = (ar_h >= centre[:, :1] - half) & (ar_h < centre[:, :1] + half)
-        in_cols = (ar_w >= centre[:, 1:] - half) & (ar_w < centre[:, 1:] + half)
-        out = out.masked_fill((in_rows[:, :, None] & in_cols[:, None, :])[:, None], 0.0)
-    return out
-
-
 @contextlib.contextmanager
 def _frozen_bn_statistics(model: nn.Module) -> Iterator[None]:
     """Batch norm in training mode uses batch statistics but leaves running statistics (and counts) alone."""
@@ -335,37 +248,6 @@ def _frozen_bn_statistics(model: nn.Module) -> Iterator[None]:
     finally:
         for m, s in zip(bns, saved, strict=True):
             m.track_running_stats = s
-
-
-def describe_device(device: torch.device) -> str:
-    """A human-readable description of the hardware, for provenance."""
-    if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        return f"{torch.cuda.get_device_name(index)} (CUDA {torch.version.cuda}), torch {torch.__version__}"
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return (f"{device.type.upper()}: {cpu}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, "
-            f"torch {torch.__version__}")
-
-
-def _fingerprint(*tensors: Tensor) -> str:
-    h = hashlib.sha256()
-    for t in tensors:
-        h.update(t.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]
-
-
-def _write_metrics(path: Path, metrics: Sequence[dict[str, Any]]) -> None:
-    text = "".join(json.dumps(m, sort_keys=False) + "\n" for m in metrics)
-    with atomic_open(path, "w", encoding="utf-8") as f:
-        f.write(text)
 
 
 def _load_data(config: SearchConfig) -> tuple[Any, Any, str]:
@@ -433,7 +315,7 @@ class _Search:
         self.n_train, self.n_val = len(self.train_y), len(self.val_y)
         if self.n_train < 2 or self.n_val < 2:
             raise ValueError(f"need at least 2 training and 2 validation images, got {self.n_train} and {self.n_val}")
-        self.fingerprint = _fingerprint(train.images, train.labels, val.images, val.labels)
+        self.fingerprint = _runner.fingerprint(train.images, train.labels, val.images, val.labels)
         # Standardisation statistics of the (reduced) training split.
         self.mean, self.std = _channel_stats(train.images)
         self._scale = (1.0 / (255.0 * self.std)).to(dev)[None, :, None, None]
@@ -635,69 +517,45 @@ class _Search:
 
     # -- checkpoint -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        rng = {"data": self.g_data.get_state(), "noise": self.g_noise.get_state(), "augment": self.g_aug.get_state(),
-               "torch_cpu": torch.get_rng_state()}
-        if self.device.type == "cuda":
-            rng["torch_cuda"] = torch.cuda.get_rng_state_all()
-        return {
-            "format": _CHECKPOINT_FORMAT,
-            "version": _CHECKPOINT_VERSION,
-            "config": self.config.to_dict(),
-            "data_fingerprint": self.fingerprint,
-            "epoch": self.epoch,
-            "step": self.step,
-            "model": self.hm.state_dict(),
-            "optimizer": self.opt.state_dict(),
-            "hparam_optimizer": self.hopt.state_dict(),
-            "hparams": self.hparams.detach().cpu().clone(),
-            "rng": rng,
-            "val_stream": {"perm": self.val_stream.perm.clone(), "pos": self.val_stream.pos},
-            "prob_history": [t.clone() for t in self.prob_history],
-            "mag_history": [t.clone() for t in self.mag_history],
-            "metrics": json.loads(json.dumps(self.metrics)),
-            "wall_seconds": self.wall_seconds,
-            "sessions": self.sessions,
-        }
+        return _runner.checkpoint_state(
+            self, _CHECKPOINT_FORMAT, _CHECKPOINT_VERSION,
+            model=self.hm.state_dict(),
+            optimizer=self.opt.state_dict(),
+            hparam_optimizer=self.hopt.state_dict(),
+            hparams=self.hparams.detach().cpu().clone(),
+            rng=_runner.rng_state(self.device, self._generators()),
+            val_stream={"perm": self.val_stream.perm.clone(), "pos": self.val_stream.pos},
+            prob_history=[t.clone() for t in self.prob_history],
+            mag_history=[t.clone() for t in self.mag_history],
+            metrics=json.loads(json.dumps(self.metrics)),
+        )
+
+    def _generators(self) -> dict[str, torch.Generator]:
+        return {"data": self.g_data, "noise": self.g_noise, "augment": self.g_aug}
 
     def load_state_dict(self, state: dict[str, Any], path: Path) -> None:
-        if state.get("format") != _CHECKPOINT_FORMAT or state.get("version") != _CHECKPOINT_VERSION:
-            raise ValueError(f"{path} is not a version-{_CHECKPOINT_VERSION} HBA search checkpoint")
-        saved, current = state["config"], self.config.to_dict()
-        diff = [k for k in current if k not in _RESUME_FREE and saved.get(k) != current[k]]
-        if torch.device(saved.get("device", "cpu")).type != self.device.type:
-            diff.append("device (type)")
-        if diff:
-            details = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {current.get(k)!r}" for k in diff)
-            raise ValueError(f"cannot resume from {path}: the search settings differ ({details})")
-        if state["data_fingerprint"] != self.fingerprint:
-            raise ValueError(f"cannot resume from {path}: the training/validation images differ from the "
-                             "checkpoint's (different data files?)")
+        _runner.check_checkpoint(
+            state, path, format=_CHECKPOINT_FORMAT, version=_CHECKPOINT_VERSION, kind="HBA search",
+            config=self.config.to_dict(), resume_free=_RESUME_FREE, data_fingerprint=self.fingerprint,
+            settings="the search settings", device=self.device,
+            data_mismatch="the training/validation images differ from the checkpoint's (different data files?)",
+        )
         self.hm.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
         self.hopt.load_state_dict(state["hparam_optimizer"])
         with torch.no_grad():
             self.hparams.copy_(state["hparams"].to(self.device))
         # Adam's state must refer to the live hparams tensor (load_state_dict maps it by position).
-        rng = state["rng"]
-        self.g_data.set_state(rng["data"])
-        self.g_noise.set_state(rng["noise"])
-        self.g_aug.set_state(rng["augment"])
-        torch.set_rng_state(rng["torch_cpu"])
-        if self.device.type == "cuda" and "torch_cuda" in rng:
-            torch.cuda.set_rng_state_all(rng["torch_cuda"])
+        _runner.restore_rng(state["rng"], self.device, self._generators())
         self.val_stream.perm = state["val_stream"]["perm"]
         self.val_stream.pos = int(state["val_stream"]["pos"])
-        self.epoch, self.step = int(state["epoch"]), int(state["step"])
+        _runner.restore_counters(self, state)
         self.prob_history = list(state["prob_history"])
         self.mag_history = list(state["mag_history"])
         self.metrics = list(state["metrics"])
-        self.wall_seconds = float(state["wall_seconds"])
-        self.sessions = int(state["sessions"]) + 1
 
     def save_checkpoint(self, path: Path) -> None:
-        state = self.state_dict()
-        with atomic_open(path) as f:
-            torch.save(state, f)
+        _runner.save_checkpoint(self.state_dict(), path)
 
     data_source: str = ""
 
@@ -742,23 +600,10 @@ def run_search(
     """
     config.validate()
     session_start = time.perf_counter()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    files = {"schedule": out / SCHEDULE_FILE, "metrics": out / METRICS_FILE, "plot": out / PLOT_FILE,
-             "checkpoint": out / CHECKPOINT_FILE}
-    if log is None:
-        def log(msg: str) -> None:
-            print(msg, file=sys.stderr, flush=True)
-    if not resume:
-        existing = [p.name for key, p in files.items() if key in ("schedule", "checkpoint") and p.exists()]
-        if existing:
-            raise ValueError(f"{out} already holds {', '.join(existing)}; pass resume=True (--resume) to continue "
-                             "that search, or choose another output folder")
-    if command is None:
-        command = shlex.join(sys.argv)
-    if config.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device {config.device!r} requested but CUDA is not available")
-
+    out, files, command, log = _runner.open_run(
+        out_dir, {"schedule": SCHEDULE_FILE, "metrics": METRICS_FILE, "plot": PLOT_FILE, "checkpoint": CHECKPOINT_FILE},
+        ("schedule", "checkpoint"), device=config.device, resume=resume, command=command, log=log, what="search",
+    )
     if data is None:
         train, val, source = _load_data(config)
     else:
@@ -766,49 +611,26 @@ def run_search(
         source = "in-memory data passed to run_search"
     search = _Search(config, train, val, log)
     search.data_source = source
-    ckpt = files["checkpoint"]
-    if resume and ckpt.exists():
-        state = torch.load(ckpt, map_location="cpu", weights_only=True)
-        search.load_state_dict(state, ckpt)
-        log(f"resuming {ckpt} after epoch {search.epoch} of {config.epochs}")
-    elif resume:
-        log(f"no checkpoint in {out}; starting a new search")
-    search.wall_seconds += time.perf_counter() - session_start
+    _runner.start_session(search, files["checkpoint"], resume=resume, epochs=config.epochs, session_start=session_start,
+                  log=log, what="search")
     log(f"search: {config.model} ({config.strategy}) on {search.n_train} train / {search.n_val} val images, "
         f"{config.epochs} epochs x {search.outer_per_epoch} iterations, device {describe_device(search.device)}")
 
-    from tqdm.auto import tqdm
+    def report(metrics: dict[str, Any], remaining: float) -> tuple[str, dict[str, str]]:
+        line = (f"epoch {metrics['epoch'] + 1}/{config.epochs}: train loss {metrics['train_loss']:.4f} "
+                f"acc {metrics['train_acc']:.3f} | val loss {metrics['val_loss']:.4f} acc {metrics['val_acc']:.3f} "
+                f"| lr {metrics['lr']:.4g} | mean p {metrics['mean_prob']:.3f} | "
+                f"{metrics['epoch_seconds']:.1f} s/epoch, ETA {remaining / 60:.1f} min")
+        return line, {"loss": f"{metrics['train_loss']:.3f}", "val": f"{metrics['val_loss']:.3f}"}
 
-    bar = tqdm(total=config.epochs * search.outer_per_epoch, initial=search.epoch * search.outer_per_epoch,
-               desc="search", unit="it", dynamic_ncols=True, disable=None if progress is None else not progress,
-               file=sys.stderr)
-    search.on_iteration = lambda: bar.update(1)
-    try:
-        while search.epoch < config.epochs:
-            metrics = search.run_epoch()
-            search.wall_seconds += metrics["epoch_seconds"]
-            metrics["wall_seconds"] = search.wall_seconds
-            search.metrics.append(metrics)
-            search.save_checkpoint(ckpt)
-            _write_metrics(files["metrics"], search.metrics)
-            remaining = (config.epochs - search.epoch) * metrics["epoch_seconds"]
-            bar.set_postfix(loss=f"{metrics['train_loss']:.3f}", val=f"{metrics['val_loss']:.3f}")
-            line = (f"epoch {metrics['epoch'] + 1}/{config.epochs}: train loss {metrics['train_loss']:.4f} "
-                    f"acc {metrics['train_acc']:.3f} | val loss {metrics['val_loss']:.4f} acc {metrics['val_acc']:.3f} "
-                    f"| lr {metrics['lr']:.4g} | mean p {metrics['mean_prob']:.3f} | "
-                    f"{metrics['epoch_seconds']:.1f} s/epoch, ETA {remaining / 60:.1f} min")
-            if bar.disable:
-                log(line)
-            else:
-                bar.write(line, file=sys.stderr)
-            if on_epoch_end is not None:
-                on_epoch_end(metrics)
-    finally:
-        bar.close()
+    _runner.run_epochs(search, epochs=config.epochs, records=search.metrics, checkpoint=files["checkpoint"],
+               records_file=files["metrics"], seconds_key="epoch_seconds", ticks_per_epoch=search.outer_per_epoch,
+               tick_hook="on_iteration", desc="search", unit="it", report=report, progress=progress, log=log,
+               on_epoch_end=on_epoch_end)
 
     schedule = search.schedule(command)
     schedule.save(files["schedule"])
-    _write_metrics(files["metrics"], search.metrics)
+    _runner.write_jsonl(files["metrics"], search.metrics)
     if plot:
         from hba_augment.search.plot import plot_schedule
 

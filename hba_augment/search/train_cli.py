@@ -15,7 +15,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from hba_augment.search.cli import _classes, _milestones, _nonneg_float, _nonneg_int, _positive_int
+from hba_augment.search._cli_common import (
+    classes,
+    milestones,
+    nonneg_float,
+    nonneg_int,
+    positive_int,
+    run_command,
+    setup_torch,
+)
 
 __all__ = ["add_train_parser", "build_parser", "main", "run_train"]
 
@@ -37,13 +45,13 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dataset", choices=datasets, default="cifar10", help="dataset format")
     g.add_argument("--data-dir", required=True, help="dataset root (CIFAR: holds cifar-10-batches-py/; "
                    "imagefolder: a tree or a .tar/.tar.gz archive with train/ and test/ or val/)")
-    g.add_argument("--train-size", type=_positive_int, help="class-balanced subset of the train split (default: all)")
-    g.add_argument("--test-size", type=_positive_int, help="class-balanced subset of the test split (default: all)")
-    g.add_argument("--subset-seed", type=_nonneg_int, help="seed of those subsets (default: --seed)")
-    g.add_argument("--image-size", type=_positive_int, help="resize images to SIZE x SIZE")
-    g.add_argument("--classes", type=_classes, help="use the first N classes, or comma-separated class names")
+    g.add_argument("--train-size", type=positive_int, help="class-balanced subset of the train split (default: all)")
+    g.add_argument("--test-size", type=positive_int, help="class-balanced subset of the test split (default: all)")
+    g.add_argument("--subset-seed", type=nonneg_int, help="seed of those subsets (default: --seed)")
+    g.add_argument("--image-size", type=positive_int, help="resize images to SIZE x SIZE")
+    g.add_argument("--classes", type=classes, help="use the first N classes, or comma-separated class names")
     g.add_argument("--download", action="store_true", help="download CIFAR/SVHN into --data-dir if missing")
-    g.add_argument("--num-workers", type=_nonneg_int,
+    g.add_argument("--num-workers", type=nonneg_int,
                    help="DataLoader workers for the per-image torchvision policies (default: min(8, cores - 1); "
                    "results do not depend on it)")
     g = p.add_argument_group("training")
@@ -52,25 +60,25 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", default="wrn-40-2", help="e.g. wrn-40-2, wrn-28-10, shake-shake-26-2x96d, "
                    "pyramidnet-272-200, resnet-50, alexnet-stn")
     g.add_argument("--policy", required=True, metavar="POLICY", help=_POLICY_HELP)
-    g.add_argument("--epochs", type=_positive_int, help="training epochs (default: the paper's)")
-    g.add_argument("--batch-size", type=_positive_int, help="batch size (default: the paper's)")
-    g.add_argument("--lr", type=_nonneg_float, help="initial SGD learning rate (default: the paper's)")
+    g.add_argument("--epochs", type=positive_int, help="training epochs (default: the paper's)")
+    g.add_argument("--batch-size", type=positive_int, help="batch size (default: the paper's)")
+    g.add_argument("--lr", type=nonneg_float, help="initial SGD learning rate (default: the paper's)")
     g.add_argument("--lr-schedule", choices=("cosine", "step", "constant"), help="learning-rate schedule")
-    g.add_argument("--lr-milestones", type=_milestones, help="epochs of the x0.1 drops of --lr-schedule step")
-    g.add_argument("--wd", type=_nonneg_float, help="weight decay (default: the paper's)")
-    g.add_argument("--cutout", type=_nonneg_int, help="Cutout size (default: 16 CIFAR, 20 SVHN, none ImageNet)")
-    g.add_argument("--crop-padding", type=_nonneg_int, help="padding of the baseline's random crop (0: no crop)")
+    g.add_argument("--lr-milestones", type=milestones, help="epochs of the x0.1 drops of --lr-schedule step")
+    g.add_argument("--wd", type=nonneg_float, help="weight decay (default: the paper's)")
+    g.add_argument("--cutout", type=nonneg_int, help="Cutout size (default: 16 CIFAR, 20 SVHN, none ImageNet)")
+    g.add_argument("--crop-padding", type=nonneg_int, help="padding of the baseline's random crop (0: no crop)")
     g.add_argument("--no-flip", dest="flip", action="store_false", default=None,
                    help="no random horizontal flip in the baseline")
-    g.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the model and all random draws")
+    g.add_argument("--seed", type=nonneg_int, default=0, help="seed of the model and all random draws")
     g.add_argument("--device", default="auto", help="torch device; auto = cuda if available, else cpu")
-    g.add_argument("--threads", type=_positive_int, help="torch CPU threads (default: torch's choice)")
+    g.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's choice)")
     g.add_argument("--amp", action="store_true", default=None, help="bfloat16 autocast (GPUs)")
     g.add_argument("--no-channels-last", dest="channels_last", action="store_false", default=None,
                    help="keep the model in NCHW memory format")
-    g.add_argument("--eval-every", type=_nonneg_int, default=10,
+    g.add_argument("--eval-every", type=nonneg_int, default=10,
                    help="test every N epochs (0: only after the last epoch, which is always tested)")
-    g.add_argument("--eval-batch-size", type=_positive_int, default=500, help="batch size of testing")
+    g.add_argument("--eval-batch-size", type=positive_int, default=500, help="batch size of testing")
     g = p.add_argument_group("output")
     g.add_argument("--out", required=True, help="output folder: result.json, history.jsonl, checkpoint.pt")
     g.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt if it exists")
@@ -102,16 +110,11 @@ def run_train(args: argparse.Namespace, prog: str = "hba-augment train", command
 
     0: done; 1: the training diverged; 2: bad input (message on stderr); 130: interrupted.
     """
-    import torch
-
     from hba_augment.search.evaluate import TrainConfig, TrainingDivergedError, train_and_evaluate
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = args.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
+    device = setup_torch(args.threads, args.device)
+
+    def body() -> str:
         config = TrainConfig.from_preset(
             args.preset, dataset=args.dataset, data_dir=args.data_dir, model=args.model, policy=args.policy,
             epochs=args.epochs, train_size=args.train_size, test_size=args.test_size, subset_seed=args.subset_seed,
@@ -123,18 +126,9 @@ def run_train(args: argparse.Namespace, prog: str = "hba-augment train", command
         )
         result = train_and_evaluate(config, args.out, resume=args.resume, command=command,
                                     progress=args.progress)
-    except TrainingDivergedError as e:
-        print(f"{prog}: {e}", file=sys.stderr)
-        return 1
-    except (ValueError, FileNotFoundError) as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted; continue with the same command and --resume", file=sys.stderr)
-        return 130
-    print(f"test error {result.test_error:.2f}% (test loss {result.test_loss:.4f}): {result.files['result']}")
-    return 0
+        return f"test error {result.test_error:.2f}% (test loss {result.test_loss:.4f}): {result.files['result']}"
 
+    return run_command(prog, body, TrainingDivergedError)
 
 def main(argv: Sequence[str] | None = None, prog: str = "hba-augment train") -> int:
     """Entry point (``hba-augment train ...``); returns the process exit status."""

@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from hba_augment.search.models._common import check_num_classes, classify, conv_bn_stem, init_weights
+
 __all__ = ["PyramidNet", "pyramidnet", "shake_drop"]
 
 
@@ -116,12 +118,11 @@ class PyramidNet(nn.Module):
             raise ValueError(f"PyramidNet alpha must be >= 0, got {alpha}")
         if not 0.0 <= final_drop_prob < 1.0:
             raise ValueError(f"final_drop_prob must be in [0, 1), got {final_drop_prob}")
-        if num_classes < 1:
-            raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        check_num_classes(num_classes)
         n = (depth - 2) // 9
         total = 3 * n
         self.depth, self.alpha = depth, alpha
-        self.stem = nn.Sequential(nn.Conv2d(in_channels, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16))
+        self.stem = conv_bn_stem(in_channels, 16)
         width, in_planes, layer = 16.0, 16, 0
         stages = []
         for stride in (1, 2, 2):
@@ -137,19 +138,11 @@ class PyramidNet(nn.Module):
         self.stage1, self.stage2, self.stage3 = stages
         self.bn = nn.BatchNorm2d(in_planes)
         self.fc = nn.Linear(in_planes, num_classes)
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(m, nn.BatchNorm2d):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.Linear):
-                nn.init.zeros_(m.bias)
+        init_weights(self)
 
     def forward(self, x: Tensor) -> Tensor:
         x = self.stage3(self.stage2(self.stage1(self.stem(x))))
-        x = F.relu(self.bn(x))
-        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+        return classify(self.bn(x), self.fc)
 
 
 def pyramidnet(depth: int, alpha: int, num_classes: int) -> PyramidNet:

@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from hba_augment.search.models._common import check_num_classes, classify, conv_bn_stem, init_weights
+
 __all__ = ["ShakeShakeResNet", "shake_shake", "shake_shake_mix"]
 
 
@@ -121,11 +123,10 @@ class ShakeShakeResNet(nn.Module):
             raise ValueError(f"Shake-Shake depth must be 6n+2 with n >= 1 (8, 14, 20, 26, ...), got {depth}")
         if width < 1:
             raise ValueError(f"Shake-Shake width must be >= 1, got {width}")
-        if num_classes < 1:
-            raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        check_num_classes(num_classes)
         n = (depth - 2) // 6
         self.depth, self.width = depth, width
-        self.stem = nn.Sequential(nn.Conv2d(in_channels, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16))
+        self.stem = conv_bn_stem(in_channels, 16)
         stages, in_planes = [], 16
         for s, stride in enumerate((1, 2, 2)):
             out_planes = width * 2**s
@@ -136,19 +137,11 @@ class ShakeShakeResNet(nn.Module):
             stages.append(nn.Sequential(*blocks))
         self.stage1, self.stage2, self.stage3 = stages
         self.fc = nn.Linear(in_planes, num_classes)
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(m, nn.BatchNorm2d):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.Linear):
-                nn.init.zeros_(m.bias)
+        init_weights(self)
 
     def forward(self, x: Tensor) -> Tensor:
         x = self.stage3(self.stage2(self.stage1(self.stem(x))))
-        x = F.relu(x)
-        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+        return classify(x, self.fc)
 
 
 def shake_shake(depth: int, width: int, num_classes: int) -> ShakeShakeResNet:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from hba_augment.search.models._common import check_num_classes, classify, init_weights
+
 __all__ = ["BasicBlock", "WideResNet", "wide_resnet"]
 
 
@@ -50,8 +52,7 @@ class WideResNet(nn.Module):
             raise ValueError(f"WideResNet depth must be 6n+4 with n >= 1 (10, 16, 22, 28, 40, ...), got {depth}")
         if width < 1:
             raise ValueError(f"WideResNet width must be >= 1, got {width}")
-        if num_classes < 1:
-            raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        check_num_classes(num_classes)
         n = (depth - 4) // 6
         channels = [16, 16 * width, 32 * width, 64 * width]
         self.depth, self.width = depth, width
@@ -64,19 +65,11 @@ class WideResNet(nn.Module):
         self.block1, self.block2, self.block3 = groups
         self.bn = nn.BatchNorm2d(channels[3])
         self.fc = nn.Linear(channels[3], num_classes)
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(m, nn.BatchNorm2d):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.Linear):
-                nn.init.zeros_(m.bias)
+        init_weights(self)
 
     def forward(self, x: Tensor) -> Tensor:
         x = self.block3(self.block2(self.block1(self.conv1(x))))
-        x = F.relu(self.bn(x))
-        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+        return classify(self.bn(x), self.fc)
 
 
 def wide_resnet(depth: int, width: int, num_classes: int) -> WideResNet:

@@ -1,0 +1,99 @@
+"""What the ``search`` and ``train`` command lines (and the benchmarks' scripts) share: argument types,
+torch set-up from ``--threads`` / ``--device``, and the mapping of outcomes to exit statuses.
+
+Only the standard library at import time, so that parsing arguments stays cheap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+__all__ = ["classes", "milestones", "nonneg_float", "nonneg_int", "positive_int", "run_command", "setup_torch"]
+
+
+def classes(text: str) -> int | tuple[str, ...]:
+    """``--classes``: a count ``N >= 1`` or comma-separated class names."""
+    text = text.strip()
+    if text.isdigit():
+        value = int(text)
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+        return value
+    names = tuple(c.strip() for c in text.split(",") if c.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected a count or comma-separated class names, got {text!r}")
+    return names
+
+
+def milestones(text: str) -> tuple[int, ...]:
+    """``--lr-milestones``: comma-separated epochs."""
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated epochs, e.g. 90,180,240, got {text!r}") from None
+    return values
+
+
+def _int_at_least(text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An integer ``>= 1``."""
+    return _int_at_least(text, 1)
+
+
+def nonneg_int(text: str) -> int:
+    """An integer ``>= 0``."""
+    return _int_at_least(text, 0)
+
+
+def nonneg_float(text: str) -> float:
+    """A finite number ``>= 0``."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def setup_torch(threads: int | None, device: str) -> str:
+    """Apply ``--threads`` (if given) and resolve ``--device auto`` (CUDA if available, else the CPU)."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def run_command(prog: str, body: Callable[[], str], diverged: type[BaseException]) -> int:
+    """Run ``body`` and print what it returns; map the outcome to an exit status.
+
+    0: done; 1: ``diverged`` was raised; 2: bad input (``ValueError``, ``FileNotFoundError``); 130:
+    interrupted. Messages go to stderr, prefixed with ``prog``.
+    """
+    try:
+        text = body()
+    except diverged as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 1
+    except (ValueError, FileNotFoundError) as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; continue with the same command and --resume", file=sys.stderr)
+        return 130
+    print(text)
+    return 0

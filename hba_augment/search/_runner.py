@@ -1,0 +1,410 @@
+"""What the search (:mod:`~hba_augment.search.loop`) and policy evaluation (:mod:`~hba_augment.search.evaluate`)
+share: the baseline augmentation, the learning-rate schedule, provenance helpers, config checks and the
+run driver (output folder, resume, the epoch loop with progress bar, metrics and atomic checkpoints).
+
+A *worker* (``loop._Search``, ``evaluate._Trainer``) has ``epoch`` and ``wall_seconds`` attributes and
+``run_epoch()``, ``save_checkpoint(path)`` and ``load_state_dict(state, path)`` methods.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import platform
+import shlex
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from hba_augment._io import atomic_open
+
+__all__ = [
+    "BASELINES",
+    "LR_SCHEDULES",
+    "baseline_augment",
+    "check_checkpoint",
+    "check_device",
+    "check_int",
+    "check_lr_schedule",
+    "check_nonneg_number",
+    "checkpoint_state",
+    "config_to_dict",
+    "describe_device",
+    "fingerprint",
+    "lr_at",
+    "open_run",
+    "restore_counters",
+    "restore_rng",
+    "rng_state",
+    "run_epochs",
+    "save_checkpoint",
+    "start_session",
+    "write_jsonl",
+]
+
+LR_SCHEDULES = ("cosine", "step", "constant")
+
+#: The baseline augmentation of each protocol (paper): CIFAR's flip + pad-4 crop + Cutout 16; SVHN's
+#: standardisation only + Cutout 20; reduced ImageNet at 32x32 (whose full-size baseline does not fit
+#: such small images): CIFAR's flip + crop and no Cutout.
+BASELINES: dict[str, dict[str, Any]] = {
+    "cifar10": {"flip": True, "crop_padding": 4, "cutout": 16},
+    "svhn": {"flip": False, "crop_padding": 0, "cutout": 20},
+    "imagenet": {"flip": True, "crop_padding": 4, "cutout": 0},
+}
+
+
+# --------------------------------------------------------------------------------------- augmentation
+def lr_at(config: Any, step: int, steps_per_epoch: int) -> float:
+    """SGD learning rate at (0-based, global) training step ``step``.
+
+    ``config`` has ``lr``, ``lr_schedule``, ``epochs``, ``lr_milestones`` and ``lr_gamma``.
+    """
+    if config.lr_schedule == "cosine":
+        total = config.epochs * steps_per_epoch
+        return config.lr * 0.5 * (1.0 + math.cos(math.pi * step / total))
+    if config.lr_schedule == "step":
+        epoch = step / steps_per_epoch
+        drops = sum(1 for m in config.lr_milestones if epoch >= m)
+        return config.lr * config.lr_gamma**drops
+    return config.lr
+
+
+def baseline_augment(
+    images: Tensor,
+    *,
+    flip: bool = True,
+    crop_padding: int = 4,
+    cutout: int = 16,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Random horizontal flip, zero-padded random crop and Cutout, per image, as batched tensor ops.
+
+    PBA's ``random_flip(zero_pad_and_crop(x, 4))`` then ``cutout_numpy(x, 16)``: the crop window is a
+    uniform offset in ``[0, 2 * crop_padding]`` of the padded image (same size as the input), the crop is
+    flipped with probability 0.5, and Cutout zeroes rows ``[max(0, cy - s//2), min(H, cy + s//2))`` and
+    likewise columns, with ``(cy, cx)`` uniform over the pixels. Crop and flip are one gather. Random
+    draws, in order: flips ``(B,)`` uniforms, crop offsets ``(B, 2)``, Cutout rows ``(B,)``, columns ``(B,)``.
+
+    Args:
+        images: float ``(B, C, H, W)`` (standardised, so zero is the mean colour).
+        flip: flip each image horizontally with probability 0.5.
+        crop_padding: padding of the random crop (0: no crop).
+        cutout: side of the Cutout square (0: no Cutout).
+        generator: random stream on the images' device.
+
+    Returns:
+        A new ``(B, C, H, W)`` tensor.
+    """
+    b, c, h, w = images.shape
+    dev = images.device
+    p = crop_padding
+    out = images
+    if flip or p:
+        flips = torch.rand(b, generator=generator, device=dev) < 0.5 if flip else torch.zeros(b, dtype=torch.bool, device=dev)
+        offsets = torch.randint(0, 2 * p + 1, (b, 2), generator=generator, device=dev)
+        padded = F.pad(images, (p, p, p, p)) if p else images
+        rows = torch.arange(h, device=dev) + offsets[:, :1]  # (B, H) into the padded image
+        ar_w = torch.arange(w, device=dev)
+        # Crop, then flip the crop: output column j reads crop column (w - 1 - j) of a flipped image.
+        cols = torch.where(flips[:, None], (w - 1) - ar_w, ar_w) + offsets[:, 1:]
+        out = padded.gather(2, rows[:, None, :, None].expand(b, c, h, w + 2 * p))
+        out = out.gather(3, cols[:, None, None, :].expand(b, c, h, w))
+    if cutout:
+        centre = torch.stack([torch.randint(0, h, (b,), generator=generator, device=dev),
+                              torch.randint(0, w, (b,), generator=generator, device=dev)], dim=1)
+        half = cutout // 2
+        ar_h, ar_w = torch.arange(h, device=dev), torch.arange(w, device=dev)
+        in_rows = (ar_h >= centre[:, :1] - half) & (ar_h < centre[:, :1] + half)
+        in_cols = (ar_w >= centre[:, 1:] - half) & (ar_w < centre[:, 1:] + half)
+        out = out.masked_fill((in_rows[:, :, None] & in_cols[:, None, :])[:, None], 0.0)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ provenance
+def describe_device(device: torch.device) -> str:
+    """A human-readable description of the hardware, for provenance."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return f"{torch.cuda.get_device_name(index)} (CUDA {torch.version.cuda}), torch {torch.__version__}"
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return (f"{device.type.upper()}: {cpu}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, "
+            f"torch {torch.__version__}")
+
+
+def fingerprint(*tensors: Tensor) -> str:
+    """A short hash of the tensors' bytes (tells a checkpoint's data from other data)."""
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def write_jsonl(path: Path, records: Sequence[dict[str, Any]]) -> None:
+    """Write one JSON object per line, atomically."""
+    text = "".join(json.dumps(m, sort_keys=False) + "\n" for m in records)
+    with atomic_open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+# --------------------------------------------------------------------------------------------- config
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """A config dataclass as plain JSON-compatible values (tuples become lists)."""
+    d = dataclasses.asdict(config)
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+def check_int(config: Any, name: str, minimum: int, optional: bool = False) -> None:
+    """``ValueError`` unless ``config.<name>`` is an int (not a bool) ``>= minimum`` (or ``None`` if optional)."""
+    v = getattr(config, name)
+    if optional and v is None:
+        return
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {v!r}")
+
+
+def check_nonneg_number(config: Any, name: str, positive: bool = False) -> None:
+    """``ValueError`` unless ``config.<name>`` is a finite number ``>= 0`` (``> 0`` if ``positive``)."""
+    v = getattr(config, name)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (
+            positive and v == 0):
+        raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got {v!r}")
+
+
+def check_lr_schedule(config: Any) -> None:
+    """Check ``lr_schedule``, ``lr_milestones`` and Nesterov's need for momentum."""
+    if config.lr_schedule not in LR_SCHEDULES:
+        raise ValueError(f"Unknown lr_schedule {config.lr_schedule!r}; expected one of {list(LR_SCHEDULES)}")
+    ms = tuple(config.lr_milestones)
+    if any(isinstance(m, bool) or not isinstance(m, int) or m < 0 for m in ms) or list(ms) != sorted(ms):
+        raise ValueError(f"lr_milestones must be increasing epochs >= 0, got {config.lr_milestones!r}")
+    if config.nesterov and config.momentum == 0:
+        raise ValueError("nesterov=True needs momentum > 0")
+
+
+def check_device(device: str) -> None:
+    """``ValueError`` for a string torch cannot parse as a device."""
+    try:
+        torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"Unknown device {device!r} (e.g. 'cpu', 'cuda', 'cuda:0')") from None
+
+
+# ---------------------------------------------------------------------------------------- checkpoints
+def rng_state(device: torch.device, generators: Mapping[str, torch.Generator]) -> dict[str, Any]:
+    """The states of ``generators`` (by name), torch's CPU generator and, on CUDA, its CUDA generators."""
+    rng: dict[str, Any] = {k: g.get_state() for k, g in generators.items()}
+    rng["torch_cpu"] = torch.get_rng_state()
+    if device.type == "cuda":
+        rng["torch_cuda"] = torch.cuda.get_rng_state_all()
+    return rng
+
+
+def restore_rng(rng: Mapping[str, Any], device: torch.device, generators: Mapping[str, torch.Generator]) -> None:
+    """The inverse of :func:`rng_state`."""
+    for k, g in generators.items():
+        g.set_state(rng[k])
+    torch.set_rng_state(rng["torch_cpu"])
+    if device.type == "cuda" and "torch_cuda" in rng:
+        torch.cuda.set_rng_state_all(rng["torch_cuda"])
+
+
+def check_checkpoint(
+    state: Mapping[str, Any],
+    path: Path,
+    *,
+    format: str,
+    version: int,
+    kind: str,
+    config: dict[str, Any],
+    resume_free: frozenset[str],
+    data_fingerprint: str,
+    settings: str,
+    data_mismatch: str,
+    device: torch.device | None = None,
+) -> None:
+    """``ValueError`` unless ``state`` is a checkpoint of this kind, settings and data.
+
+    Args:
+        kind: what the checkpoint is called in the message, e.g. ``"HBA search"``.
+        config: the current config as a dict; fields in ``resume_free`` may differ.
+        settings: what the settings are called (``"the search settings"``).
+        data_mismatch: the message's tail when the data fingerprint differs.
+        device: if given, the checkpoint's device type must be this one's.
+    """
+    if state.get("format") != format or state.get("version") != version:
+        raise ValueError(f"{path} is not a version-{version} {kind} checkpoint")
+    saved = state["config"]
+    diff = [k for k in config if k not in resume_free and saved.get(k) != config[k]]
+    if device is not None and torch.device(saved.get("device", "cpu")).type != device.type:
+        diff.append("device (type)")
+    if diff:
+        details = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {config.get(k)!r}" for k in diff)
+        raise ValueError(f"cannot resume from {path}: {settings} differ ({details})")
+    if state["data_fingerprint"] != data_fingerprint:
+        raise ValueError(f"cannot resume from {path}: {data_mismatch}")
+
+
+def checkpoint_state(worker: Any, format: str, version: int, **parts: Any) -> dict[str, Any]:
+    """A worker's checkpoint: format, config, data fingerprint and counters around its own ``parts``."""
+    return {
+        "format": format,
+        "version": version,
+        "config": worker.config.to_dict(),
+        "data_fingerprint": worker.fingerprint,
+        "epoch": worker.epoch,
+        "step": worker.step,
+        **parts,
+        "wall_seconds": worker.wall_seconds,
+        "sessions": worker.sessions,
+    }
+
+
+def restore_counters(worker: Any, state: Mapping[str, Any]) -> None:
+    """Set a worker's epoch, step and wall time from a checkpoint; this is one more session."""
+    worker.epoch, worker.step = int(state["epoch"]), int(state["step"])
+    worker.wall_seconds = float(state["wall_seconds"])
+    worker.sessions = int(state["sessions"]) + 1
+
+
+def save_checkpoint(state: dict[str, Any], path: Path) -> None:
+    """``torch.save`` atomically (an interrupted write leaves the previous checkpoint)."""
+    with atomic_open(path) as f:
+        torch.save(state, f)
+
+
+# ---------------------------------------------------------------------------------------------- driver
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def open_run(
+    out_dir: str | os.PathLike[str],
+    file_names: Mapping[str, str],
+    guarded: Sequence[str],
+    *,
+    device: str,
+    resume: bool,
+    command: str | None,
+    log: Callable[[str], None] | None,
+    what: str,
+) -> tuple[Path, dict[str, Path], str, Callable[[str], None]]:
+    """Create the output folder and check that a run may start there.
+
+    Args:
+        file_names: ``{key: file name}`` of the run's files.
+        guarded: keys of the files whose presence means a run already used the folder (refused unless
+            ``resume``).
+        device: the requested device (``ValueError`` if it is CUDA and CUDA is not available).
+        command: the recorded command line (``None``: ``sys.argv``).
+        log: the log function (``None``: print to stderr).
+        what: the run's name in messages (``"search"``, ``"run"``).
+
+    Returns:
+        ``(folder, {key: path}, command, log)``.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {key: out / name for key, name in file_names.items()}
+    if log is None:
+        log = _stderr
+    if not resume:
+        existing = [p.name for key, p in files.items() if key in guarded and p.exists()]
+        if existing:
+            raise ValueError(f"{out} already holds {', '.join(existing)}; pass resume=True (--resume) to continue "
+                             f"that {what}, or choose another output folder")
+    if command is None:
+        command = shlex.join(sys.argv)
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but CUDA is not available")
+    return out, files, command, log
+
+
+def start_session(
+    worker: Any,
+    checkpoint: Path,
+    *,
+    resume: bool,
+    epochs: int,
+    session_start: float,
+    log: Callable[[str], None],
+    what: str,
+) -> None:
+    """Load ``checkpoint`` into ``worker`` when resuming, and count the set-up time as wall time."""
+    if resume and checkpoint.exists():
+        state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        worker.load_state_dict(state, checkpoint)
+        log(f"resuming {checkpoint} after epoch {worker.epoch} of {epochs}")
+    elif resume:
+        log(f"no checkpoint in {checkpoint.parent}; starting a new {what}")
+    worker.wall_seconds += time.perf_counter() - session_start
+
+
+def run_epochs(
+    worker: Any,
+    *,
+    epochs: int,
+    records: list[dict[str, Any]],
+    checkpoint: Path,
+    records_file: Path,
+    seconds_key: str,
+    ticks_per_epoch: int,
+    tick_hook: str,
+    desc: str,
+    unit: str,
+    report: Callable[[dict[str, Any], float], tuple[str, dict[str, str]]],
+    progress: bool | None,
+    log: Callable[[str], None],
+    on_epoch_end: Callable[[dict[str, Any]], None] | None,
+) -> None:
+    """Run ``worker``'s remaining epochs; after each, append its record, checkpoint and rewrite the records.
+
+    Args:
+        records: the worker's list of per-epoch records (appended to).
+        seconds_key: the record's field with the epoch's duration.
+        ticks_per_epoch: progress-bar units per epoch; ``tick_hook`` names the worker's attribute that
+            is called once per unit.
+        report: ``(record, seconds remaining) -> (log line, bar postfix)``.
+        progress: show a tqdm bar (``None``: only when stderr is a terminal).
+        on_epoch_end: called with each record after its checkpoint is written.
+    """
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=epochs * ticks_per_epoch, initial=worker.epoch * ticks_per_epoch, desc=desc, unit=unit,
+               dynamic_ncols=True, disable=None if progress is None else not progress, file=sys.stderr)
+    setattr(worker, tick_hook, lambda: bar.update(1))
+    try:
+        while worker.epoch < epochs:
+            record = worker.run_epoch()
+            worker.wall_seconds += record[seconds_key]
+            record["wall_seconds"] = worker.wall_seconds
+            records.append(record)
+            worker.save_checkpoint(checkpoint)
+            write_jsonl(records_file, records)
+            line, postfix = report(record, (epochs - worker.epoch) * record[seconds_key])
+            bar.set_postfix(**postfix)
+            if bar.disable:
+                log(line)
+            else:
+                bar.write(line, file=sys.stderr)
+            if on_epoch_end is not None:
+                on_epoch_end(record)
+    finally:
+        bar.close()
