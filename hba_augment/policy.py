@@ -15,11 +15,11 @@ from torchvision.transforms import InterpolationMode
 
 from . import pretrained
 from .functional import augment
+from .functional._validation import interpolation_mode
 from .schedule import Schedule, _check_int
 
 __all__ = ["HBAPolicy"]
 
-_INTERPOLATIONS = (InterpolationMode.NEAREST, InterpolationMode.BILINEAR)
 _PIL_MODES = ("L", "RGB")
 # Inputs whose geometry would have to follow the image's; HBAPolicy cannot transform them consistently.
 _UNSUPPORTED = tuple(
@@ -131,15 +131,8 @@ class HBAPolicy(torch.nn.Module):
         fill: float | int | list[float] | tuple[float, ...] | None = None,
     ) -> None:
         super().__init__()
-        if isinstance(interpolation, str):
-            try:
-                interpolation = InterpolationMode(interpolation.lower())
-            except ValueError:
-                pass
-        if interpolation not in _INTERPOLATIONS:
-            raise ValueError(
-                f"interpolation must be InterpolationMode.NEAREST or InterpolationMode.BILINEAR, got {interpolation!r}"
-            )
+        # One check for the whole package (raises ValueError for anything but NEAREST / BILINEAR).
+        interpolation = InterpolationMode(interpolation_mode(interpolation))
         self.schedule = _resolve_policy(policy)
         self.total_epochs = None if total_epochs is None else _check_int(total_epochs, "total_epochs", 1)
         self.interpolation = interpolation

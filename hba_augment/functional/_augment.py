@@ -281,12 +281,7 @@ def augment(
         else:
             maps = _warp_maps(policy, h, w, ctx) if sum(counts[s][: len(_GEOMETRIC)]) else None
             levels = _apply_step(levels, perm[:, s], counts[s], code[:, s], magnitudes[s], maps, ctx)
-    if uint8:
-        # The kernels return whole levels in [0, 255] for uint8 images, so no clamp; and through int16,
-        # because torch's float -> uint8 conversion is several times slower than float -> int16 on CPUs.
-        out = levels.to(torch.int16).to(torch.uint8, memory_format=layout)
-    else:
-        out = from_levels(levels, images.dtype).contiguous(memory_format=layout)
+    out = from_levels(levels, images.dtype, layout)
     return out.squeeze(0) if unbatched else out
 
 

@@ -53,11 +53,18 @@ def to_levels(images: Tensor) -> Tensor:
     return images.to(compute_dtype(images.dtype)) * 255.0
 
 
-def from_levels(levels: Tensor, dtype: torch.dtype) -> Tensor:
-    """Inverse of :func:`to_levels`; uint8 output truncates like PIL (kernels already return whole levels)."""
+def from_levels(
+    levels: Tensor, dtype: torch.dtype, memory_format: torch.memory_format = torch.preserve_format
+) -> Tensor:
+    """Inverse of :func:`to_levels`, in ``memory_format``.
+
+    For uint8 the kernels already return whole levels in [0, 255] (they clamp and round like PIL), so
+    there is no clamp here; the conversion goes through int16 because torch's float -> uint8 conversion
+    is several times slower than float -> int16 on CPUs.
+    """
     if dtype == torch.uint8:
-        return levels.clamp(0.0, 255.0).to(torch.uint8)
-    return (levels / 255.0).to(dtype)
+        return levels.to(torch.int16).to(torch.uint8, memory_format=memory_format)
+    return (levels / 255.0).to(dtype, memory_format=memory_format)
 
 
 def interpolation_mode(interpolation: InterpolationMode | str) -> str:
