@@ -184,8 +184,9 @@ def affine(images: Tensor, matrix: Tensor, ctx: KernelContext) -> Tensor:
 
     NEAREST is a gather at PIL's fixed-point source pixels (:func:`nearest_index`), BILINEAR a plain
     ``grid_sample``; neither uses ``kornia.geometry.transform.warp_affine``: kornia's per-call
-    normalisation, matrix inverse and full-size fill mask cost 808 us against 91 us for one 32x32 image,
-    and 23.3 ms against 10.6 ms for 256, and its grid cannot reproduce PIL's fixed-point NEAREST sampling.
+    normalisation, matrix inverse and grid cost 4-8x a plain ``grid_sample`` for one 32x32 image and 1.8-1.9x
+    for 256 (two runs) (``benchmarks/warp_kornia.py``, RESULTS.md), and it cannot reproduce PIL's fixed-point
+    NEAREST sampling.
 
     Returns:
         ``(B, C, H, W)`` levels.
