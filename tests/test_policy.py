@@ -106,6 +106,26 @@ def test_slot_probability_is_used():
     assert changed(policy(x), x).float().mean().item() == pytest.approx(0.5, abs=0.04)
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+@pytest.mark.parametrize("count_probs", [(0.2, 0.3, 0.5), (0.0, 0.0, 0.0, 1.0)])
+def test_single_images_draw_like_batch_rows(dtype, count_probs, cifar_images):
+    # A single image takes its own code path (host-side picking, for speed); it must be the same template
+    # on the same draws: with one generator, B single calls give the rows of one batched call. Cutout is
+    # left out, as it draws its centres after the template (per call, not per image).
+    prob = np.full((2, NUM_OPS), 0.5)
+    prob[:, OP_NAMES.index("Cutout")] = 0.0
+    prob[1, OP_NAMES.index("Invert")] = 0.0  # a p = 0 slot: never drawn on either path
+    mag = rich_schedule().at(0)[1].numpy()
+    policy = Schedule.constant(prob, mag, count_probs=count_probs)
+    x = cifar_images[:48] if dtype == torch.uint8 else cifar_images[:48].float() / 255
+    transform = HBAPolicy(policy)
+    batched = transform(x, generator=torch.Generator().manual_seed(5))
+    g = torch.Generator().manual_seed(5)
+    singles = torch.stack([transform(image, generator=g) for image in x])
+    torch.testing.assert_close(singles, batched, rtol=0, atol=0)
+    assert changed(batched, x).sum() >= 24  # the draws did something
+
+
 def test_per_image_independence_in_a_batch():
     x = images(1).expand(64, -1, -1, -1).contiguous()  # 64 copies of one image
     torch.manual_seed(4)

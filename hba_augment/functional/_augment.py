@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import weakref
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 from torchvision.transforms import InterpolationMode
@@ -82,13 +83,14 @@ def _constants(device: torch.device) -> tuple[Tensor, ...]:
 
 
 @functools.lru_cache(maxsize=8)
-def _count_edges(count_probs: tuple[float, ...], device: torch.device) -> tuple[Tensor, int]:
+def _count_edges(count_probs: tuple[float, ...], device: torch.device) -> tuple[Tensor, tuple[float, ...]]:
     """Validate ``count_probs``; return the cumulative probabilities but the last, at most one per slot,
-    and their number (the number of steps). Step ``j`` (from 0) may apply an op iff the image's uniform
-    draw reaches ``edges[j]``, i.e. iff its K exceeds ``j``."""
+    as a float32 tensor and as the same float32 values in a tuple (their number is the number of steps).
+    Step ``j`` (from 0) may apply an op iff the image's uniform draw reaches ``edges[j]``, i.e. iff its K
+    exceeds ``j``."""
     values = check_count_probs(count_probs)
-    edges = torch.tensor(values, dtype=torch.float64).cumsum(0)[:-1][:_SLOTS]
-    return edges.float().to(device), len(edges)
+    edges = torch.tensor(values, dtype=torch.float64).cumsum(0)[:-1][:_SLOTS].float()
+    return edges.to(device), tuple(edges.tolist())
 
 
 def check_count_probs(count_probs: Sequence[float]) -> tuple[float, ...]:
@@ -135,14 +137,17 @@ def _check_policy(prob: Tensor, mag: Tensor, device: torch.device) -> None:
     )
 
 
-class _Policy(NamedTuple):
+@dataclasses.dataclass
+class _Policy:
     """A checked policy: ``prob`` ``(1 or B, 30)``; ``table`` ``(1 or B, 60)``, each slot's magnitude and
-    then its magnitude after a sign flip; and, for a policy shared by the batch, the NEAREST warp maps of
-    its geometric table entries per image size (built on first use, see :func:`_warp_maps`)."""
+    then its magnitude after a sign flip; and what is derived from them on first use: for a policy shared
+    by the batch, the NEAREST warp maps of its geometric table entries per image size
+    (:func:`_warp_maps`), and the host copy of a single image's policy (:func:`_single_policy`)."""
 
     prob: Tensor
     table: Tensor
-    warps: dict[tuple[int, int], Tensor]
+    warps: dict[tuple[int, int], Tensor] = dataclasses.field(default_factory=dict)
+    single: tuple[np.ndarray, tuple[Tensor, ...]] | None = None
 
 
 # The last few policies that passed the check: (prob, mag, (their versions, device, batch), _Policy),
@@ -166,7 +171,7 @@ def _checked_policy(prob: Tensor, mag: Tensor, batch: int, device: torch.device)
                 return entry[3]
     prob_, mag_ = _policy_tensor(prob, "prob", batch, device), _policy_tensor(mag, "mag", batch, device)
     _check_policy(prob_, mag_, device)
-    checked = _Policy(prob_, torch.cat([mag_, mag_ * _constants(device)[0]], dim=1), {})
+    checked = _Policy(prob_, torch.cat([mag_, mag_ * _constants(device)[0]], dim=1))
     if key is not None:
         _CHECKED.insert(0, (weakref.ref(prob), weakref.ref(mag), key, checked))
         del _CHECKED[_CHECKED_KEEP:]
@@ -231,9 +236,10 @@ def augment(
     b, c, h, w = batch.shape
     device = batch.device
     try:
-        edges, steps = _count_edges(count_probs, device)  # cached per distinct tuple
+        edges, edge_values = _count_edges(count_probs, device)  # cached per distinct tuple
     except TypeError:  # not hashable (a list, say)
-        edges, steps = _count_edges(check_count_probs(count_probs), device)
+        edges, edge_values = _count_edges(check_count_probs(count_probs), device)
+    steps = len(edge_values)
     policy = _checked_policy(prob, mag, b, device)
     uint8 = images.dtype == torch.uint8
     ctx = KernelContext(
@@ -244,45 +250,84 @@ def augment(
     )
     if b == 0 or steps == 0:
         return images.clone()
+    if b == 1:
+        return _augment_one(images, batch, unbatched, policy, edge_values, ctx)
     code, magnitude = _sample(policy, edges, steps, b, generator)
     # Group the images of each step by op. The one host synchronisation: which ops are drawn, and how
     # many images draw each.
-    if b == 1:
-        codes = code.tolist()[0]
-        active = [s for s in range(steps) if _GROUP_OF_CODE[codes[s]] != _NO_OP_GROUP]
-    else:
-        group = torch.take(_constants(device)[1], code)  # (B, steps)
-        offset = torch.arange(0, steps * (_NO_OP_GROUP + 1), _NO_OP_GROUP + 1, device=device)
-        flat = torch.bincount((group + offset).flatten(), minlength=steps * (_NO_OP_GROUP + 1))
-        counts = flat.view(steps, -1).tolist()
-        perm = group.argsort(dim=0, stable=True)
-        active = [s for s in range(steps) if counts[s][_NO_OP_GROUP] < b]
+    group = torch.take(_constants(device)[1], code)  # (B, steps)
+    offset = torch.arange(0, steps * (_NO_OP_GROUP + 1), _NO_OP_GROUP + 1, device=device)
+    flat = torch.bincount((group + offset).flatten(), minlength=steps * (_NO_OP_GROUP + 1))
+    counts = flat.view(steps, -1).tolist()
+    perm = group.argsort(dim=0, stable=True)
+    active = [s for s in range(steps) if counts[s][_NO_OP_GROUP] < b]
     if not active:
         return images.clone()
-    # The kernels run on contiguous levels; the result keeps a channels-last input's layout (a PIL image
-    # arrives as one), which also spares the conversion back to PIL a strided copy.
-    layout = (
-        torch.channels_last
-        if not batch.is_contiguous() and batch.is_contiguous(memory_format=torch.channels_last)
-        else torch.contiguous_format
-    )
-    levels = to_levels(batch.contiguous())
+    layout = _layout(batch)
+    levels = to_levels(batch)
     magnitudes = magnitude.unbind(1)
     for s in active:
-        if b == 1:
-            # A single image: its op on it, no grouping; a geometric op is a gather at its warp map.
-            group = _GROUP_OF_CODE[codes[s]]
-            maps = _warp_maps(policy, h, w, ctx) if group < len(_GEOMETRIC) else None
-            if maps is not None:
-                row = _WARP_ROW_OF_CODE[codes[s]]
-                levels = warp_nearest(levels, maps[row : row + 1], ctx)
-            else:
-                levels = OPS[_ORDER[group]].kernel(levels, magnitudes[s], ctx)
-        else:
-            maps = _warp_maps(policy, h, w, ctx) if sum(counts[s][: len(_GEOMETRIC)]) else None
-            levels = _apply_step(levels, perm[:, s], counts[s], code[:, s], magnitudes[s], maps, ctx)
+        maps = _warp_maps(policy, h, w, ctx) if sum(counts[s][: len(_GEOMETRIC)]) else None
+        levels = _apply_step(levels, perm[:, s], counts[s], code[:, s], magnitudes[s], maps, ctx)
     out = from_levels(levels, images.dtype, layout)
     return out.squeeze(0) if unbatched else out
+
+
+def _layout(batch: Tensor) -> torch.memory_format:
+    """The memory format of the result. The kernels run on contiguous levels; the result keeps a
+    channels-last input's layout (a PIL image arrives as one), which also spares the conversion back to
+    PIL a strided copy."""
+    if not batch.is_contiguous() and batch.is_contiguous(memory_format=torch.channels_last):
+        return torch.channels_last
+    return torch.contiguous_format
+
+
+def _augment_one(
+    images: Tensor, batch: Tensor, unbatched: bool, policy: _Policy, edges: tuple[float, ...], ctx: KernelContext
+) -> Tensor:
+    """:func:`augment` for a single image (``batch`` is ``(1, C, H, W)``), the per-image transform's case.
+
+    The same template, the same draws (one ``torch.rand`` of 31 + steps values, used exactly as
+    :func:`_sample` uses a row) and the same kernels as a batch, but the draws are read on the host at
+    once (the batch path's one synchronisation) and the ops are picked in plain Python: for one image the
+    batch path's grouping costs several times more than the ops themselves.
+    """
+    probs, magnitudes = _single_policy(policy)
+    steps = len(edges)
+    u = torch.rand(_SLOTS + 1 + steps, generator=ctx.generator, device=batch.device)
+    u = u.numpy() if u.device.type == "cpu" else u.cpu().numpy()
+    # The keys of _sample, in float32 as there: v / p, inf or NaN for p = 0 (numpy sorts NaN last, as
+    # topk does).
+    with np.errstate(divide="ignore", invalid="ignore"):
+        keys = u[:_SLOTS] / probs
+    count = u[_SLOTS]
+    entries = []
+    for j, slot in enumerate(np.argsort(keys, kind="stable")[:steps].tolist()):
+        if keys[slot] < 1.0 and count >= edges[j]:
+            entries.append(slot + _SLOTS if u[_SLOTS + 1 + j] < 0.5 else slot)
+    if not entries:
+        return images.clone()
+    _, _, h, w = batch.shape
+    layout = _layout(batch)
+    levels = to_levels(batch)
+    for entry in entries:
+        op = entry % _SLOTS % NUM_OPS
+        maps = _warp_maps(policy, h, w, ctx) if OPS[op].geometric else None
+        if maps is not None:
+            row = _WARP_ROW_OF_CODE[entry + _TABLE]
+            levels = warp_nearest(levels, maps[row : row + 1], ctx)
+        else:
+            levels = OPS[op].kernel(levels, magnitudes[entry], ctx)
+    out = from_levels(levels, images.dtype, layout)
+    return out.squeeze(0) if unbatched else out
+
+
+def _single_policy(policy: _Policy) -> tuple[np.ndarray, tuple[Tensor, ...]]:
+    """For :func:`_augment_one`: the slot probabilities as float32 ``(30,)`` on the host, and each table
+    entry's magnitude as a ``(1,)`` tensor on the policy's device (built once per checked policy)."""
+    if policy.single is None:
+        policy.single = (policy.prob[0].cpu().numpy(), policy.table[0].view(-1, 1).unbind(0))
+    return policy.single
 
 
 def _sample(

@@ -23,6 +23,8 @@ __all__ = [
 _MODES = {InterpolationMode.NEAREST: "nearest", InterpolationMode.BILINEAR: "bilinear"}
 
 Fill = float | int | Sequence[float] | None
+# from_levels converts smaller tensors to uint8 directly.
+_DIRECT_UINT8 = 1 << 13
 
 
 def check_images(images: Tensor) -> tuple[Tensor, bool]:
@@ -47,10 +49,11 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def to_levels(images: Tensor) -> Tensor:
-    """uint8 ``[0, 255]`` or float ``[0, 1]`` images -> float levels ``[0, 255]`` (a new tensor)."""
+    """uint8 ``[0, 255]`` or float ``[0, 1]`` images -> float levels ``[0, 255]``, a new contiguous tensor
+    (one op from any layout: a PIL image arrives channels-last)."""
     if images.dtype == torch.uint8:
-        return images.to(torch.float32)
-    return images.to(compute_dtype(images.dtype)) * 255.0
+        return images.to(torch.float32, memory_format=torch.contiguous_format)
+    return images.to(compute_dtype(images.dtype), memory_format=torch.contiguous_format) * 255.0
 
 
 def from_levels(
@@ -59,10 +62,13 @@ def from_levels(
     """Inverse of :func:`to_levels`, in ``memory_format``.
 
     For uint8 the kernels already return whole levels in [0, 255] (they clamp and round like PIL), so
-    there is no clamp here; the conversion goes through int16 because torch's float -> uint8 conversion
-    is several times slower than float -> int16 on CPUs.
+    there is no clamp here; the conversion of large tensors goes through int16 because torch's float ->
+    uint8 conversion is several times slower than float -> int16 on CPUs (below about 8 Ki values the
+    second call costs more than it saves).
     """
     if dtype == torch.uint8:
+        if levels.numel() < _DIRECT_UINT8:
+            return levels.to(torch.uint8, memory_format=memory_format)
         return levels.to(torch.int16).to(torch.uint8, memory_format=memory_format)
     return (levels / 255.0).to(dtype, memory_format=memory_format)
 
