@@ -322,6 +322,19 @@ def test_tensor_shapes_and_dtypes(shape, dtype):
     torch.testing.assert_close(x, before, rtol=0, atol=0)  # input untouched
 
 
+@pytest.mark.parametrize("ops", [("ShearX", "Invert", "Posterize"), tuple(OP_NAMES)])
+def test_batch_input_untouched_when_rows_are_written(ops, cifar_images):
+    # uint8 batches stay uint8 through the integer ops, whose results are written into the drawing rows:
+    # never into the caller's tensor.
+    prob = np.zeros((2, NUM_OPS))
+    prob[:, [OP_NAMES.index(op) for op in ops]] = 0.5
+    x = cifar_images.clone()
+    torch.manual_seed(6)
+    out = HBAPolicy(Schedule.constant(prob, rich_schedule().at(0)[1].numpy()))(x)
+    torch.testing.assert_close(x, cifar_images, rtol=0, atol=0)
+    assert 0 < changed(out, x).sum() < len(x)  # some rows written, not all
+
+
 def test_leading_dims_draw_per_image():
     x = images(60).reshape(6, 10, 3, 8, 8)
     torch.manual_seed(8)

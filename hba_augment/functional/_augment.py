@@ -38,6 +38,11 @@ _GEOMETRIC = tuple(i for i, spec in enumerate(OPS) if spec.geometric)
 _OTHERS = tuple(i for i, spec in enumerate(OPS) if not spec.geometric)
 _ORDER = (*_GEOMETRIC, *_OTHERS)
 _NO_OP_GROUP = len(_ORDER)
+#: Per interpolation mode, the positions in _ORDER of the ops that need float levels (not OpSpec.integer).
+_FLOAT_POSITIONS = {
+    mode: tuple(position for position, op in enumerate(_ORDER) if not OPS[op].takes_uint8(mode))
+    for mode in ("nearest", "bilinear")
+}
 
 # What an image does at a step is a code: ``f = slot + 30 * flip`` picks the slot's magnitude from the
 # policy's magnitude table, whose second half holds the magnitudes a sign flip gives (negated for the
@@ -263,13 +268,29 @@ def augment(
     active = [s for s in range(steps) if counts[s][_NO_OP_GROUP] < b]
     if not active:
         return images.clone()
-    layout = _layout(batch)
-    levels = to_levels(batch)
+    # uint8 images stay uint8 through the ops that take them (OpSpec.integer), and turn into float
+    # levels at the first step where an image draws an op that does not.
+    levels = batch if uint8 else to_levels(batch)
+    needs_float = _FLOAT_POSITIONS[ctx.mode]
     magnitudes = magnitude.unbind(1)
     for s in active:
+        if levels.dtype == torch.uint8:
+            if any(counts[s][position] for position in needs_float):
+                levels = to_levels(levels)
+            elif levels is batch:
+                levels = batch.clone(memory_format=torch.contiguous_format)  # rows are written in place
         maps = _warp_maps(policy, h, w, ctx) if sum(counts[s][: len(_GEOMETRIC)]) else None
         levels = _apply_step(levels, perm[:, s], counts[s], code[:, s], magnitudes[s], maps, ctx)
-    out = from_levels(levels, images.dtype, layout)
+    return _result(levels, images.dtype, _layout(batch), unbatched)
+
+
+def _result(levels: Tensor, dtype: torch.dtype, layout: torch.memory_format, unbatched: bool) -> Tensor:
+    """The caller's images from the (new) levels, float or uint8 (then ``dtype`` is uint8 too): ``dtype``,
+    ``layout``, the batch dimension removed if it was added."""
+    if levels.dtype == torch.uint8:
+        out = levels.contiguous(memory_format=layout)
+    else:
+        out = from_levels(levels, dtype, layout)
     return out.squeeze(0) if unbatched else out
 
 
@@ -308,18 +329,19 @@ def _augment_one(
     if not entries:
         return images.clone()
     _, _, h, w = batch.shape
-    layout = _layout(batch)
-    levels = to_levels(batch)
+    # As in augment: uint8 stays uint8 while the ops take it. Kernels never write to their input.
+    levels = batch if ctx.quantize else to_levels(batch)
     for entry in entries:
-        op = entry % _SLOTS % NUM_OPS
-        maps = _warp_maps(policy, h, w, ctx) if OPS[op].geometric else None
+        spec = OPS[entry % _SLOTS % NUM_OPS]
+        if levels.dtype == torch.uint8 and not spec.takes_uint8(ctx.mode):
+            levels = to_levels(levels)
+        maps = _warp_maps(policy, h, w, ctx) if spec.geometric else None
         if maps is not None:
             row = _WARP_ROW_OF_CODE[entry + _TABLE]
             levels = warp_nearest(levels, maps[row : row + 1], ctx)
         else:
-            levels = OPS[op].kernel(levels, magnitudes[entry], ctx)
-    out = from_levels(levels, images.dtype, layout)
-    return out.squeeze(0) if unbatched else out
+            levels = spec.kernel(levels, magnitudes[entry], ctx)
+    return _result(levels, images.dtype, _layout(batch), unbatched)
 
 
 def _single_policy(policy: _Policy) -> tuple[np.ndarray, tuple[Tensor, ...]]:

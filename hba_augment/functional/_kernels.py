@@ -168,13 +168,14 @@ def nearest_index(m: Tensor, h: int, w: int) -> Tensor:
 def warp_nearest(images: Tensor, index: Tensor, ctx: KernelContext) -> Tensor:
     """Move pixels to the source ``index`` ``(B, 1, H W)`` from :func:`nearest_index`: a gather from the
     images padded with the fill, hence exact copies, and the fill where the source is outside the image.
+    Works on uint8 levels as well (see ``OpSpec.integer``).
     """
     b, c, h, w = images.shape
     side = max(h, w) + 2
     if ctx.fill is None:
         padded = F.pad(images, (1, side - w - 1, 1, side - h - 1))
     else:
-        padded = ctx.fill.expand(b, c, side, side).contiguous()
+        padded = ctx.fill.to(images.dtype).expand(b, c, side, side).contiguous()
         padded[:, :, 1 : h + 1, 1 : w + 1] = images
     return padded.flatten(2).gather(2, index.expand(b, c, h * w)).view(b, c, h, w)
 
@@ -264,12 +265,15 @@ def _grayscale(images: Tensor, quantize: bool) -> Tensor:
 
 
 def invert(images: Tensor, magnitude: Tensor | None, ctx: KernelContext) -> Tensor:
-    """PIL ``ImageOps.invert``: ``255 - x``."""
-    return 255.0 - images
+    """PIL ``ImageOps.invert``: ``255 - x`` (float or uint8 levels)."""
+    return 255 - images
 
 
 def solarize(images: Tensor, threshold: Tensor, ctx: KernelContext) -> Tensor:
-    """PIL ``ImageOps.solarize``: levels at or above the per-image threshold are inverted."""
+    """PIL ``ImageOps.solarize``: levels at or above the per-image threshold are inverted (float or uint8
+    levels)."""
+    if images.dtype == torch.uint8:
+        return torch.where(images >= _per_image(torch.ceil(threshold)), 255 - images, images)
     # Compare whole levels so that a float image's 127.99998 counts as level 128, as its uint8 twin.
     levels = images if ctx.quantize else images.round()
     # A whole level x is >= t iff x >= ceil(t), so this weight is exactly 1 there and 0 below: float
@@ -279,8 +283,13 @@ def solarize(images: Tensor, threshold: Tensor, ctx: KernelContext) -> Tensor:
 
 
 def posterize(images: Tensor, bits: Tensor, ctx: KernelContext) -> Tensor:
-    """PIL ``ImageOps.posterize``: keep ``round(bits)`` high bits of each level (0 bits gives black)."""
-    step = _per_image(torch.exp2(8.0 - torch.round(bits)).to(images.dtype))
+    """PIL ``ImageOps.posterize``: keep ``round(bits)`` high bits of each level (0 bits gives black), on
+    float or uint8 levels."""
+    step = torch.exp2(8.0 - torch.round(bits))
+    if images.dtype == torch.uint8:
+        # The mask of the kept bits, 256 - step: 0 for 0 bits, 255 for 8.
+        return images & _per_image((256.0 - step).to(torch.uint8))
+    step = _per_image(step.to(images.dtype))
     levels = images if ctx.quantize else images.round()
     return torch.floor(levels / step) * step
 
@@ -387,11 +396,14 @@ def _paint_patch(images: Tensor, fraction: Tensor, centre: Tensor, ctx: KernelCo
     size, _, ramp = _patch_constants(h, w, images.device)
     extent = torch.round(fraction.view(-1, 1) * size).long()  # (B, 2): round(m H), round(m W)
     start = (centre - (extent >> 1)).unsqueeze(-1)
-    inside = ((ramp >= start) & (ramp < start + extent.unsqueeze(-1))).to(images.dtype)  # (B, 2, max(H, W))
-    # The patch as a 0/1 float weight (boolean masks and where() are several times slower on CPUs);
-    # lerp returns the image exactly at weight 0 and the fill exactly at weight 1.
-    mask = inside[:, 0, :h, None] * inside[:, 1, None, :w]
+    inside = (ramp >= start) & (ramp < start + extent.unsqueeze(-1))  # (B, 2, max(H, W))
     fill = _zero(images.device, images.dtype) if ctx.fill is None else ctx.fill.to(images.dtype)
+    if images.dtype == torch.uint8:
+        return torch.where((inside[:, 0, :h, None] & inside[:, 1, None, :w]).unsqueeze(1), fill, images)
+    # The patch as a 0/1 float weight (boolean masks and where() are several times slower on float CPU
+    # images); lerp returns the image exactly at weight 0 and the fill exactly at weight 1.
+    weight = inside.to(images.dtype)
+    mask = weight[:, 0, :h, None] * weight[:, 1, None, :w]
     return torch.lerp(images, fill, mask.unsqueeze(1))
 
 

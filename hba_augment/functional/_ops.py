@@ -12,6 +12,7 @@ from ._validation import (
     Fill,
     check_images,
     check_magnitude,
+    compute_dtype,
     fill_levels,
     from_levels,
     interpolation_mode,
@@ -71,18 +72,19 @@ def apply_op(
     spec = OPS[op_index(op)]
     batch, unbatched = check_images(images)
     values = check_magnitude(spec, magnitude, batch.shape[0], batch.device)
-    levels = to_levels(batch)
+    uint8 = images.dtype == torch.uint8
     ctx = KernelContext(
-        quantize=images.dtype == torch.uint8,
-        fill=fill_levels(fill, batch.shape[1], images.dtype == torch.uint8, batch.device, levels.dtype),
+        quantize=uint8,
+        fill=fill_levels(fill, batch.shape[1], uint8, batch.device, compute_dtype(images.dtype)),
         mode=interpolation_mode(interpolation),
         generator=generator,
     )
     if batch.shape[0] == 0:
-        out = levels
+        out = batch.clone()
+    elif uint8 and spec.takes_uint8(ctx.mode):
+        out = spec.kernel(batch, values, ctx)  # uint8 levels in and out (OpSpec.integer)
     else:
-        out = spec.kernel(levels, values, ctx)
-    out = from_levels(out, images.dtype)
+        out = from_levels(spec.kernel(to_levels(batch), values, ctx), images.dtype)
     return out.squeeze(0) if unbatched else out
 
 

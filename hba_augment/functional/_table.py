@@ -30,6 +30,8 @@ class OpSpec(NamedTuple):
         kernel: ``kernel(levels (B, C, H, W), magnitude (B,) or None, ctx) -> levels``, see ``_kernels``.
         matrix: for geometric ops, ``matrix(magnitude (B,), height, width) -> (B, 2, 3)``, PIL's AFFINE
             data per image, so that callers can merge several geometric ops into one warp.
+        integer: the kernel also takes uint8 levels (quantize mode) and returns uint8 levels with the
+            same values, so uint8 images skip the round trip through float (geometric ops: NEAREST only).
     """
 
     name: str
@@ -40,17 +42,22 @@ class OpSpec(NamedTuple):
     geometric: bool
     kernel: Callable[[Tensor, Tensor | None, K.KernelContext], Tensor]
     matrix: Callable[[Tensor, int, int], Tensor] | None = None
+    integer: bool = False
 
     @property
     def has_magnitude(self) -> bool:
         return self.low is not None
+
+    def takes_uint8(self, mode: str) -> bool:
+        """Whether the kernel runs on uint8 levels with interpolation ``mode`` (see ``integer``)."""
+        return self.integer and (not self.geometric or mode == "nearest")
 
 
 def _geometric(name: str, high: float, matrix: Callable[[Tensor, int, int], Tensor]) -> OpSpec:
     def kernel(images: Tensor, magnitude: Tensor, ctx: K.KernelContext) -> Tensor:
         return K.affine(images, matrix(magnitude, images.shape[-2], images.shape[-1]), ctx)
 
-    return OpSpec(name, 0.0, high, True, 0.0, True, kernel, matrix)
+    return OpSpec(name, 0.0, high, True, 0.0, True, kernel, matrix, integer=True)
 
 
 OPS: tuple[OpSpec, ...] = (
@@ -60,16 +67,16 @@ OPS: tuple[OpSpec, ...] = (
     _geometric("TranslateY", 0.45, K.translate_y_matrix),
     _geometric("Rotate", 30.0, K.rotate_matrix),
     OpSpec("AutoContrast", None, None, False, None, False, K.auto_contrast),
-    OpSpec("Invert", None, None, False, None, False, K.invert),
+    OpSpec("Invert", None, None, False, None, False, K.invert, integer=True),
     OpSpec("Equalize", None, None, False, None, False, K.equalize),
     # Solarize is the identity only at 256, just outside its range.
-    OpSpec("Solarize", 0.0, 255.0, False, None, False, K.solarize),
-    OpSpec("Posterize", 0.0, 8.0, False, 8.0, False, K.posterize),
+    OpSpec("Solarize", 0.0, 255.0, False, None, False, K.solarize, integer=True),
+    OpSpec("Posterize", 0.0, 8.0, False, 8.0, False, K.posterize, integer=True),
     OpSpec("Contrast", 0.1, 1.9, False, 1.0, False, K.contrast),
     OpSpec("Color", 0.1, 1.9, False, 1.0, False, K.color),
     OpSpec("Brightness", 0.1, 1.9, False, 1.0, False, K.brightness),
     OpSpec("Sharpness", 0.1, 1.9, False, 1.0, False, K.sharpness),
-    OpSpec("Cutout", 0.0, 0.2, False, 0.0, False, K.cutout),
+    OpSpec("Cutout", 0.0, 0.2, False, 0.0, False, K.cutout, integer=True),
 )
 
 OP_NAMES: tuple[str, ...] = tuple(spec.name for spec in OPS)
