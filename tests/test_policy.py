@@ -106,9 +106,18 @@ def test_slot_probability_is_used():
     assert changed(policy(x), x).float().mean().item() == pytest.approx(0.5, abs=0.04)
 
 
-@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+@pytest.mark.parametrize(
+    ("dtype", "size", "interpolation"),
+    [
+        (torch.uint8, 32, InterpolationMode.NEAREST),
+        (torch.float32, 32, InterpolationMode.NEAREST),
+        # 64x64 uint8 batches keep uint8 levels between ops, converting only the rows of float ops.
+        (torch.uint8, 64, InterpolationMode.NEAREST),
+        (torch.uint8, 64, InterpolationMode.BILINEAR),
+    ],
+)
 @pytest.mark.parametrize("count_probs", [(0.2, 0.3, 0.5), (0.0, 0.0, 0.0, 1.0)])
-def test_single_images_draw_like_batch_rows(dtype, count_probs, cifar_images):
+def test_single_images_draw_like_batch_rows(dtype, size, interpolation, count_probs, cifar_images):
     # A single image takes its own code path (host-side picking, for speed); it must be the same template
     # on the same draws: with one generator, B single calls give the rows of one batched call. Cutout is
     # left out, as it draws its centres after the template (per call, not per image).
@@ -117,8 +126,9 @@ def test_single_images_draw_like_batch_rows(dtype, count_probs, cifar_images):
     prob[1, OP_NAMES.index("Invert")] = 0.0  # a p = 0 slot: never drawn on either path
     mag = rich_schedule().at(0)[1].numpy()
     policy = Schedule.constant(prob, mag, count_probs=count_probs)
-    x = cifar_images[:48] if dtype == torch.uint8 else cifar_images[:48].float() / 255
-    transform = HBAPolicy(policy)
+    x = cifar_images[:48].repeat_interleave(size // 32, -1).repeat_interleave(size // 32, -2)
+    x = x if dtype == torch.uint8 else x.float() / 255
+    transform = HBAPolicy(policy, interpolation=interpolation)
     batched = transform(x, generator=torch.Generator().manual_seed(5))
     g = torch.Generator().manual_seed(5)
     singles = torch.stack([transform(image, generator=g) for image in x])
@@ -322,16 +332,18 @@ def test_tensor_shapes_and_dtypes(shape, dtype):
     torch.testing.assert_close(x, before, rtol=0, atol=0)  # input untouched
 
 
+@pytest.mark.parametrize("size", [32, 64])
 @pytest.mark.parametrize("ops", [("ShearX", "Invert", "Posterize"), tuple(OP_NAMES)])
-def test_batch_input_untouched_when_rows_are_written(ops, cifar_images):
+def test_batch_input_untouched_when_rows_are_written(ops, size, cifar_images):
     # uint8 batches stay uint8 through the integer ops, whose results are written into the drawing rows:
     # never into the caller's tensor.
     prob = np.zeros((2, NUM_OPS))
     prob[:, [OP_NAMES.index(op) for op in ops]] = 0.5
-    x = cifar_images.clone()
+    original = cifar_images.repeat_interleave(size // 32, -1).repeat_interleave(size // 32, -2)
+    x = original.clone()
     torch.manual_seed(6)
     out = HBAPolicy(Schedule.constant(prob, rich_schedule().at(0)[1].numpy()))(x)
-    torch.testing.assert_close(x, cifar_images, rtol=0, atol=0)
+    torch.testing.assert_close(x, original, rtol=0, atol=0)
     assert 0 < changed(out, x).sum() < len(x)  # some rows written, not all
 
 

@@ -13,7 +13,7 @@ from torch import Tensor
 from torchvision.transforms import InterpolationMode
 
 from ._kernels import KernelContext, affine, nearest_index, warp_nearest
-from ._table import NUM_OPS, OPS
+from ._table import NUM_OPS, OPS, OpSpec
 from ._validation import (
     Fill,
     check_images,
@@ -38,6 +38,8 @@ _GEOMETRIC = tuple(i for i, spec in enumerate(OPS) if spec.geometric)
 _OTHERS = tuple(i for i, spec in enumerate(OPS) if not spec.geometric)
 _ORDER = (*_GEOMETRIC, *_OTHERS)
 _NO_OP_GROUP = len(_ORDER)
+#: uint8 images of at least this many pixels stay uint8 between ops (see augment).
+_ROWS_VIA_FLOAT = 64 * 64  # measured crossover (RESULTS.md, issue 6)
 #: Per interpolation mode, the positions in _ORDER of the ops that need float levels (not OpSpec.integer).
 _FLOAT_POSITIONS = {
     mode: tuple(position for position, op in enumerate(_ORDER) if not OPS[op].takes_uint8(mode))
@@ -268,17 +270,20 @@ def augment(
     active = [s for s in range(steps) if counts[s][_NO_OP_GROUP] < b]
     if not active:
         return images.clone()
-    # uint8 images stay uint8 through the ops that take them (OpSpec.integer), and turn into float
-    # levels at the first step where an image draws an op that does not.
+    # uint8 images of at least _ROWS_VIA_FLOAT pixels stay uint8 from start to end: only the rows that
+    # draw an op without a uint8 kernel (not OpSpec.integer) go through float levels, for that op alone
+    # (the copy: rows are written in place). Smaller ones become float levels at the first step that
+    # needs them: there the extra calls of the per-row conversions cost more than the conversions saved.
     levels = batch if uint8 else to_levels(batch)
+    per_row = uint8 and h * w >= _ROWS_VIA_FLOAT
     needs_float = _FLOAT_POSITIONS[ctx.mode]
     magnitudes = magnitude.unbind(1)
     for s in active:
         if levels.dtype == torch.uint8:
-            if any(counts[s][position] for position in needs_float):
+            if not per_row and any(counts[s][position] for position in needs_float):
                 levels = to_levels(levels)
             elif levels is batch:
-                levels = batch.clone(memory_format=torch.contiguous_format)  # rows are written in place
+                levels = batch.clone(memory_format=torch.contiguous_format)
         maps = _warp_maps(policy, h, w, ctx) if sum(counts[s][: len(_GEOMETRIC)]) else None
         levels = _apply_step(levels, perm[:, s], counts[s], code[:, s], magnitudes[s], maps, ctx)
     return _result(levels, images.dtype, _layout(batch), unbatched)
@@ -304,7 +309,12 @@ def _layout(batch: Tensor) -> torch.memory_format:
 
 
 def _augment_one(
-    images: Tensor, batch: Tensor, unbatched: bool, policy: _Policy, edges: tuple[float, ...], ctx: KernelContext
+    images: Tensor,
+    batch: Tensor,
+    unbatched: bool,
+    policy: _Policy,
+    edges: tuple[float, ...],
+    ctx: KernelContext,
 ) -> Tensor:
     """:func:`augment` for a single image (``batch`` is ``(1, C, H, W)``), the per-image transform's case.
 
@@ -396,13 +406,14 @@ def _apply_step(
     for position, op_index in enumerate(_ORDER):
         n = counts[position]
         spec = OPS[op_index]
+        kernel = _kernel_for(spec, levels, ctx)
         if n == b and not spec.geometric:
             # The whole batch drew this op: no gather or scatter.
-            return spec.kernel(levels, magnitude, ctx)
+            return kernel(levels, magnitude, ctx)
         if n:
             index = perm[start : start + n]
             if not spec.geometric:
-                levels = _apply_rows(levels, index, spec.kernel, magnitude[index], ctx)
+                levels = _apply_rows(levels, index, kernel, magnitude[index], ctx)
             elif maps is None:
                 matrices.append(spec.matrix(magnitude[index], h, w))
         start += n
@@ -412,8 +423,23 @@ def _apply_step(
                 rows_maps = maps[torch.take(_constants(levels.device)[2], code[rows])]
                 levels = _apply_rows(levels, rows, warp_nearest, rows_maps, ctx)
             else:
-                levels = _apply_rows(levels, rows, affine, torch.cat(matrices), ctx)
+                levels = _apply_rows(
+                    levels, rows, _kernel_for(OPS[0], levels, ctx, affine), torch.cat(matrices), ctx
+                )
     return levels
+
+
+def _kernel_for(spec: OpSpec, levels: Tensor, ctx: KernelContext, kernel: Callable | None = None) -> Callable:
+    """``kernel`` (default ``spec.kernel``) for ``levels``: itself for float levels and for uint8 ones it
+    takes, else wrapped in the conversion to float levels and back."""
+    kernel = kernel or spec.kernel
+    if levels.dtype != torch.uint8 or spec.takes_uint8(ctx.mode):
+        return kernel
+    return functools.partial(_via_float, kernel)
+
+
+def _via_float(kernel: Callable, levels: Tensor, parameter: Tensor | None, ctx: KernelContext) -> Tensor:
+    return from_levels(kernel(to_levels(levels), parameter, ctx), torch.uint8)
 
 
 def _apply_rows(
