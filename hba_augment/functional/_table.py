@@ -66,9 +66,9 @@ OPS: tuple[OpSpec, ...] = (
     _geometric("TranslateX", 0.45, K.translate_x_matrix),
     _geometric("TranslateY", 0.45, K.translate_y_matrix),
     _geometric("Rotate", 30.0, K.rotate_matrix),
-    OpSpec("AutoContrast", None, None, False, None, False, K.auto_contrast),
+    OpSpec("AutoContrast", None, None, False, None, False, K.auto_contrast, integer=True),
     OpSpec("Invert", None, None, False, None, False, K.invert, integer=True),
-    OpSpec("Equalize", None, None, False, None, False, K.equalize),
+    OpSpec("Equalize", None, None, False, None, False, K.equalize, integer=True),
     # Solarize is the identity only at 256, just outside its range.
     OpSpec("Solarize", 0.0, 255.0, False, None, False, K.solarize, integer=True),
     OpSpec("Posterize", 0.0, 8.0, False, 8.0, False, K.posterize, integer=True),
