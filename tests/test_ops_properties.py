@@ -248,3 +248,34 @@ def test_cuda_matches_cpu(spec, cifar_images):
         assert max_level_diff(out.cpu(), expected) <= 1 + 1e-3, f"{spec.name}: CUDA and CPU differ"
         if dtype_images.dtype == torch.uint8 and not spec.geometric:
             assert torch.equal(out.cpu(), expected), f"{spec.name}: CUDA and CPU differ on uint8"
+
+
+# ----------------------------------------------------------------------------------------------------
+# Pointwise tables (OpSpec.table): the lookup augment() merges a step's pointwise ops into must give
+# each op's own result, exactly, on uint8 images; and on the float levels of uint8 images.
+# ----------------------------------------------------------------------------------------------------
+TABLE_OPS = [pytest.param(spec, id=spec.name) for spec in OPS if spec.table is not None]
+
+
+def test_pointwise_ops_have_tables():
+    assert {spec.name for spec in OPS if spec.table is not None} == {
+        "AutoContrast", "Invert", "Equalize", "Solarize", "Posterize", "Contrast", "Brightness"
+    }
+
+
+@pytest.mark.parametrize("spec", TABLE_OPS)
+@SETTINGS
+@given(data=st.data())
+def test_table_lookup_is_the_op(spec, data):
+    from hba_augment.functional._kernels import KernelContext, lookup
+
+    images = data.draw(uint8_batches())
+    b = len(images)
+    values = data.draw(st.lists(magnitudes(spec), min_size=b, max_size=b))
+    magnitude = None if not spec.has_magnitude else torch.tensor(values, dtype=torch.float32)
+    ctx = KernelContext(quantize=True, fill=None, mode="nearest", generator=None)
+    table = spec.table(images, magnitude, ctx)
+    assert table.shape[0] == b and table.shape[1] in (1, images.shape[1]) and table.shape[2:] == (1, 256)
+    expected = spec.kernel(images.float(), magnitude, ctx)  # the float-levels path, exact on uint8 images
+    torch.testing.assert_close(lookup(images, table), expected.to(torch.uint8), rtol=0, atol=0)
+    torch.testing.assert_close(spec.kernel(images, magnitude, ctx), expected.to(torch.uint8), rtol=0, atol=0)

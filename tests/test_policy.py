@@ -111,8 +111,8 @@ def test_slot_probability_is_used():
     [
         (torch.uint8, 32, InterpolationMode.NEAREST),
         (torch.float32, 32, InterpolationMode.NEAREST),
-        # 64x64 uint8 batches keep uint8 levels between ops, converting only the rows of float ops.
         (torch.uint8, 64, InterpolationMode.NEAREST),
+        # BILINEAR warps have no uint8 kernel: their rows of a uint8 batch go through float levels.
         (torch.uint8, 64, InterpolationMode.BILINEAR),
     ],
 )

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 from torchvision.transforms import InterpolationMode
 
-from ._kernels import KernelContext, affine, nearest_index, warp_nearest
+from ._kernels import KernelContext, affine, lookup, nearest_index, warp_nearest
 from ._table import NUM_OPS, OPS, OpSpec
 from ._validation import (
     Fill,
@@ -38,13 +38,6 @@ _GEOMETRIC = tuple(i for i, spec in enumerate(OPS) if spec.geometric)
 _OTHERS = tuple(i for i, spec in enumerate(OPS) if not spec.geometric)
 _ORDER = (*_GEOMETRIC, *_OTHERS)
 _NO_OP_GROUP = len(_ORDER)
-#: uint8 images of at least this many pixels stay uint8 between ops (see augment).
-_ROWS_VIA_FLOAT = 64 * 64  # measured crossover (RESULTS.md, issue 6)
-#: Per interpolation mode, the positions in _ORDER of the ops that need float levels (not OpSpec.integer).
-_FLOAT_POSITIONS = {
-    mode: tuple(position for position, op in enumerate(_ORDER) if not OPS[op].takes_uint8(mode))
-    for mode in ("nearest", "bilinear")
-}
 
 # What an image does at a step is a code: ``f = slot + 30 * flip`` picks the slot's magnitude from the
 # policy's magnitude table, whose second half holds the magnitudes a sign flip gives (negated for the
@@ -270,20 +263,11 @@ def augment(
     active = [s for s in range(steps) if counts[s][_NO_OP_GROUP] < b]
     if not active:
         return images.clone()
-    # uint8 images of at least _ROWS_VIA_FLOAT pixels stay uint8 from start to end: only the rows that
-    # draw an op without a uint8 kernel (not OpSpec.integer) go through float levels, for that op alone
-    # (the copy: rows are written in place). Smaller ones become float levels at the first step that
-    # needs them: there the extra calls of the per-row conversions cost more than the conversions saved.
-    levels = batch if uint8 else to_levels(batch)
-    per_row = uint8 and h * w >= _ROWS_VIA_FLOAT
-    needs_float = _FLOAT_POSITIONS[ctx.mode]
+    # uint8 images stay uint8 from start to end: only the rows that draw an op without a uint8 kernel
+    # (OpSpec.integer) go through float levels, for that op alone. The copy: rows are written in place.
+    levels = batch.clone(memory_format=torch.contiguous_format) if uint8 else to_levels(batch)
     magnitudes = magnitude.unbind(1)
     for s in active:
-        if levels.dtype == torch.uint8:
-            if not per_row and any(counts[s][position] for position in needs_float):
-                levels = to_levels(levels)
-            elif levels is batch:
-                levels = batch.clone(memory_format=torch.contiguous_format)
         maps = _warp_maps(policy, h, w, ctx) if sum(counts[s][: len(_GEOMETRIC)]) else None
         levels = _apply_step(levels, perm[:, s], counts[s], code[:, s], magnitudes[s], maps, ctx)
     return _result(levels, images.dtype, _layout(batch), unbatched)
@@ -399,10 +383,11 @@ def _apply_step(
     ``perm`` lists the images grouped in ``_ORDER`` (geometric ops first, "none" last) and ``counts`` the
     group sizes; ``code`` and ``magnitude`` ``(B,)`` are in image order. All geometric ops of the step
     share one warp: a gather at the policy's warp ``maps`` where there are any, else one warp with each
-    image's matrix. Each image gets at most one op a step, so rows are overwritten in place.
+    image's matrix. On uint8 levels all pointwise ops of the step share one lookup: each image's table
+    (``OpSpec.table``). Each image gets at most one op a step, so rows are overwritten in place.
     """
-    b, _, h, w = levels.shape
-    start, matrices = 0, []
+    b, c, h, w = levels.shape
+    start, matrices, table_rows, tables = 0, [], [], []
     for position, op_index in enumerate(_ORDER):
         n = counts[position]
         spec = OPS[op_index]
@@ -412,7 +397,10 @@ def _apply_step(
             return kernel(levels, magnitude, ctx)
         if n:
             index = perm[start : start + n]
-            if not spec.geometric:
+            if spec.table is not None and levels.dtype == torch.uint8:
+                table_rows.append(index)
+                tables.append(spec.table(levels.index_select(0, index), magnitude[index], ctx).expand(n, c, 1, 256))
+            elif not spec.geometric:
                 levels = _apply_rows(levels, index, kernel, magnitude[index], ctx)
             elif maps is None:
                 matrices.append(spec.matrix(magnitude[index], h, w))
@@ -426,7 +414,14 @@ def _apply_step(
                 levels = _apply_rows(
                     levels, rows, _kernel_for(OPS[0], levels, ctx, affine), torch.cat(matrices), ctx
                 )
+    if tables:
+        rows = torch.cat(table_rows) if len(tables) > 1 else table_rows[0]
+        levels = _apply_rows(levels, rows, _lookup, torch.cat(tables) if len(tables) > 1 else tables[0], ctx)
     return levels
+
+
+def _lookup(levels: Tensor, tables: Tensor, ctx: KernelContext) -> Tensor:
+    return lookup(levels, tables)
 
 
 def _kernel_for(spec: OpSpec, levels: Tensor, ctx: KernelContext, kernel: Callable | None = None) -> Callable:
@@ -449,4 +444,17 @@ def _apply_rows(
     if index.numel() == levels.shape[0]:
         # Every image is in the group: only the order differs.
         return kernel(levels, parameter[index.argsort()], ctx)
-    return levels.index_copy_(0, index, kernel(levels.index_select(0, index), parameter, ctx))
+    return _write_rows(levels, index, kernel(levels.index_select(0, index), parameter, ctx))
+
+
+def _write_rows(levels: Tensor, index: Tensor, rows: Tensor) -> Tensor:
+    """``levels[index] = rows`` in place. uint8 rows are copied as int64 (or int32) words where their
+    size allows: torch's uint8 ``index_copy_`` measured 5-7x slower than the same bytes as int64 on CPU."""
+    if levels.dtype == torch.uint8 and levels.is_contiguous() and rows.is_contiguous():
+        size = levels[0].numel()
+        for wide, width in ((torch.int64, 8), (torch.int32, 4)):
+            if size % width == 0 and levels.storage_offset() % width == 0 and rows.storage_offset() % width == 0:
+                flat = levels.view(levels.shape[0], size).view(wide)
+                flat.index_copy_(0, index, rows.view(rows.shape[0], size).view(wide))
+                return levels
+    return levels.index_copy_(0, index, rows)

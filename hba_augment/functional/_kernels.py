@@ -32,19 +32,27 @@ __all__ = [
     "KernelContext",
     "affine",
     "auto_contrast",
+    "auto_contrast_table",
     "brightness",
+    "brightness_table",
     "color",
     "contrast",
+    "contrast_table",
     "cutout",
     "equalize",
+    "equalize_table",
     "invert",
+    "invert_table",
+    "lookup",
     "nearest_index",
     "posterize",
+    "posterize_table",
     "rotate_matrix",
     "sharpness",
     "shear_x_matrix",
     "shear_y_matrix",
     "solarize",
+    "solarize_table",
     "translate_x_matrix",
     "translate_y_matrix",
     "warp_nearest",
@@ -257,11 +265,45 @@ def _grayscale(images: Tensor, quantize: bool) -> Tensor:
 
     On whole levels every product and partial sum is an exact float (below 2^24 before the exact
     scaling by 2^-16), so the weighted sum is exact in any order. Returns ``(B, 1, H, W)``; a one-channel
-    image is its own grey level.
+    image is its own grey level (uint8 levels stay uint8).
     """
     if images.shape[1] == 1:
         return images
-    return _round_half_up((images * _LUMA.to(images)).sum(dim=1, keepdim=True), quantize)
+    luma = _LUMA.to(device=images.device, dtype=_float_dtype(images))
+    return _round_half_up((images * luma).sum(dim=1, keepdim=True), quantize)
+
+
+def _float_dtype(images: Tensor) -> torch.dtype:
+    return torch.float32 if images.dtype == torch.uint8 else images.dtype
+
+
+# Pointwise ops. Each maps every level through a function of the image's statistics and magnitude. On
+# float levels the kernel computes that function on the pixels. On uint8 levels (quantize mode) it
+# computes the function once per image on the 256 levels, the op's *table* (``(B, C or 1, 1, 256)`` whole
+# levels, the same arithmetic on a ramp), and looks every pixel up in it; :func:`augment` also merges the
+# tables of all pointwise ops of a step into one lookup.
+
+
+@functools.lru_cache(maxsize=8)
+def _ramp(device: torch.device) -> Tensor:
+    """The 256 levels as float32 ``(1, 1, 1, 256)``: the input of every table."""
+    return torch.arange(256, dtype=torch.float32, device=device).view(1, 1, 1, 256)
+
+
+def lookup(images: Tensor, table: Tensor) -> Tensor:
+    """``table[b, c, images[b, c, y, x]]``: uint8 ``(B, C, H, W)`` images through ``(B, C or 1, 1, 256)``
+    tables of whole levels; returns uint8."""
+    b, c, h, w = images.shape
+    table = table.to(torch.uint8).view(table.shape[0], table.shape[1], 256).expand(b, c, 256)
+    return table.gather(2, images.reshape(b, c, h * w).long()).view(b, c, h, w)
+
+
+def _batch_ramp(images: Tensor) -> Tensor:
+    return _ramp(images.device).expand(images.shape[0], 1, 1, 256)
+
+
+def invert_table(images: Tensor, magnitude: Tensor | None, ctx: KernelContext) -> Tensor:
+    return 255.0 - _batch_ramp(images)
 
 
 def invert(images: Tensor, magnitude: Tensor | None, ctx: KernelContext) -> Tensor:
@@ -269,46 +311,82 @@ def invert(images: Tensor, magnitude: Tensor | None, ctx: KernelContext) -> Tens
     return 255 - images
 
 
+def _solarize(levels: Tensor, threshold: Tensor, quantize: bool) -> Tensor:
+    # Compare whole levels so that a float image's 127.99998 counts as level 128, as its uint8 twin.
+    whole = levels if quantize else levels.round()
+    # A whole level x is >= t iff x >= ceil(t), so this weight is exactly 1 there and 0 below: float
+    # arithmetic instead of a boolean mask and where(), several times slower on CPUs.
+    inverted = (whole - _per_image(torch.ceil(threshold) - 1.0)).clamp_(0.0, 1.0)
+    return torch.lerp(levels, 255.0 - levels, inverted)
+
+
+def solarize_table(images: Tensor, threshold: Tensor, ctx: KernelContext) -> Tensor:
+    return _solarize(_ramp(images.device), threshold, True)
+
+
 def solarize(images: Tensor, threshold: Tensor, ctx: KernelContext) -> Tensor:
     """PIL ``ImageOps.solarize``: levels at or above the per-image threshold are inverted (float or uint8
     levels)."""
     if images.dtype == torch.uint8:
         return torch.where(images >= _per_image(torch.ceil(threshold)), 255 - images, images)
-    # Compare whole levels so that a float image's 127.99998 counts as level 128, as its uint8 twin.
-    levels = images if ctx.quantize else images.round()
-    # A whole level x is >= t iff x >= ceil(t), so this weight is exactly 1 there and 0 below: float
-    # arithmetic instead of a boolean mask and where(), several times slower on CPUs.
-    inverted = (levels - _per_image(torch.ceil(threshold) - 1.0)).clamp_(0.0, 1.0)
-    return torch.lerp(images, 255.0 - images, inverted)
+    return _solarize(images, threshold, ctx.quantize)
+
+
+def _posterize(levels: Tensor, bits: Tensor, quantize: bool) -> Tensor:
+    step = _per_image(torch.exp2(8.0 - torch.round(bits)).to(levels.dtype))
+    whole = levels if quantize else levels.round()
+    return torch.floor(whole / step) * step
+
+
+def posterize_table(images: Tensor, bits: Tensor, ctx: KernelContext) -> Tensor:
+    return _posterize(_ramp(images.device), bits, True)
 
 
 def posterize(images: Tensor, bits: Tensor, ctx: KernelContext) -> Tensor:
     """PIL ``ImageOps.posterize``: keep ``round(bits)`` high bits of each level (0 bits gives black), on
     float or uint8 levels."""
-    step = torch.exp2(8.0 - torch.round(bits))
     if images.dtype == torch.uint8:
         # The mask of the kept bits, 256 - step: 0 for 0 bits, 255 for 8.
-        return images & _per_image((256.0 - step).to(torch.uint8))
-    step = _per_image(step.to(images.dtype))
-    levels = images if ctx.quantize else images.round()
-    return torch.floor(levels / step) * step
+        return images & _per_image((256.0 - torch.exp2(8.0 - torch.round(bits))).to(torch.uint8))
+    return _posterize(images, bits, ctx.quantize)
+
+
+def _brightness(levels: Tensor, factor: Tensor, quantize: bool) -> Tensor:
+    out = (_per_image(factor) * levels).clamp(0.0, 255.0)
+    return out.floor() if quantize else out
+
+
+def brightness_table(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
+    return _brightness(_ramp(images.device), factor, True)
 
 
 def brightness(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
     """PIL ``ImageEnhance.Brightness``: blend with black, ``0 + f (x - 0)``, that is ``f x``."""
-    out = (_per_image(factor) * images).clamp(0.0, 255.0)
-    return out.floor() if ctx.quantize else out
+    if images.dtype == torch.uint8:
+        return lookup(images, brightness_table(images, factor, ctx))
+    return _brightness(images, factor, ctx.quantize)
+
+
+def _mean_grey(images: Tensor, quantize: bool) -> Tensor:
+    """The image's mean grey level, rounded to 8 bits as PIL's ImageStat, ``(B, 1, 1, 1)``."""
+    grey = _grayscale(images, quantize)
+    return _round_half_up(grey.mean(dim=(1, 2, 3), keepdim=True, dtype=_float_dtype(grey)), quantize)
+
+
+def contrast_table(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
+    return _blend(_mean_grey(images, True), _ramp(images.device), factor, True)
+
+
+def contrast(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
+    """PIL ``ImageEnhance.Contrast``: blend with the image's mean grey level (rounded to 8 bits by PIL)."""
+    if images.dtype == torch.uint8:
+        return lookup(images, contrast_table(images, factor, ctx))
+    return _blend(_mean_grey(images, ctx.quantize), images, factor, ctx.quantize)
 
 
 def color(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
     """PIL ``ImageEnhance.Color``: blend with the image's own grey levels."""
     return _blend(_grayscale(images, ctx.quantize), images, factor, ctx.quantize)
-
-
-def contrast(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
-    """PIL ``ImageEnhance.Contrast``: blend with the image's mean grey level (rounded to 8 bits by PIL)."""
-    mean = _round_half_up(_grayscale(images, ctx.quantize).mean(dim=(1, 2, 3), keepdim=True), ctx.quantize)
-    return _blend(mean, images, factor, ctx.quantize)
 
 
 def sharpness(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
@@ -331,27 +409,40 @@ def sharpness(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
     return out
 
 
-def auto_contrast(images: Tensor, magnitude: Tensor | None, ctx: KernelContext) -> Tensor:
-    """PIL ``ImageOps.autocontrast``: stretch each channel's [min, max] to [0, 255]; constant channels stay.
+def _auto_contrast_8bit(levels: Tensor, lo: Tensor, hi: Tensor) -> Tensor:
+    """PIL's autocontrast map on whole levels, for channel minima ``lo`` and maxima ``hi`` ``(B, C, 1, 1)``.
 
-    Float or (quantize mode) uint8 levels.
+    PIL maps level x to int(x * scale + offset) with scale = 255 / (hi - lo) and offset = -lo * scale in
+    double precision: so does this, for bit-exact results. A constant channel gets scale 1 and offset 0:
+    the identity, with no separate branch. x * scale - lo * scale lies in [0, 255] up to an ulp above,
+    so the floor needs no clamp.
     """
+    lo, hi = lo.double(), hi.double()
+    span = hi - lo
+    flat = span <= 0
+    # A tensor-by-tensor division: torch computes ``255.0 / span`` as 255 * (1 / span), an ulp off PIL's
+    # quotient, which flips the truncation of some levels.
+    scale = torch.where(flat, 1.0, _float64_255(levels.device) / span)
+    shift = torch.where(flat, 0.0, lo) * scale
+    return (levels.double() * scale).sub_(shift).floor_()
+
+
+def _channel_range(images: Tensor) -> tuple[Tensor, Tensor]:
     # (amin and amax: torch.aminmax over these dimensions measured 20x slower on CPU batches)
-    lo = images.amin(dim=(2, 3), keepdim=True)
-    hi = images.amax(dim=(2, 3), keepdim=True)
+    return images.amin(dim=(2, 3), keepdim=True), images.amax(dim=(2, 3), keepdim=True)
+
+
+def auto_contrast_table(images: Tensor, magnitude: Tensor | None, ctx: KernelContext) -> Tensor:
+    return _auto_contrast_8bit(_ramp(images.device), *_channel_range(images))
+
+
+def auto_contrast(images: Tensor, magnitude: Tensor | None, ctx: KernelContext) -> Tensor:
+    """PIL ``ImageOps.autocontrast``: stretch each channel's [min, max] to [0, 255]; constant channels stay."""
+    if images.dtype == torch.uint8:
+        return lookup(images, auto_contrast_table(images, magnitude, ctx))
+    lo, hi = _channel_range(images)
     if ctx.quantize:
-        # PIL maps level x to int(x * scale + offset) with scale = 255 / (hi - lo) and offset = -lo * scale
-        # in double precision: do the same for bit-exact results. A constant channel gets scale 1 and
-        # offset 0: the identity, with no separate branch. x * scale - lo * scale lies in [0, 255] up to
-        # an ulp above, so the floor needs no clamp.
-        lo, hi = lo.double(), hi.double()
-        span = hi - lo
-        flat = span <= 0
-        # A tensor-by-tensor division: torch computes ``255.0 / span`` as 255 * (1 / span), an ulp off
-        # PIL's quotient, which flips the truncation of some levels.
-        scale = torch.where(flat, 1.0, _float64_255(images.device) / span)
-        shift = torch.where(flat, 0.0, lo) * scale
-        return (images.double() * scale).sub_(shift).floor_().to(images.dtype)
+        return _auto_contrast_8bit(images, lo, hi).to(images.dtype)
     flat = hi <= lo
     scale = 255.0 / torch.where(flat, 1.0, hi - lo)
     return torch.where(flat, images, (images * scale - lo * scale).clamp(0.0, 255.0))
@@ -365,16 +456,17 @@ def _float64_255(device: torch.device) -> Tensor:
 @functools.lru_cache(maxsize=8)
 def _equalize_constants(device: torch.device) -> tuple[Tensor, Tensor]:
     """One, to count pixels with, and the identity table (float64), for :func:`equalize`."""
-    return torch.ones(1, 1, 1, dtype=torch.float64, device=device), torch.arange(256, dtype=torch.float64, device=device)
+    one = torch.ones(1, 1, 1, dtype=torch.float64, device=device)
+    return one, torch.arange(256, dtype=torch.float64, device=device)
 
 
-def equalize(images: Tensor, magnitude: Tensor | None, ctx: KernelContext) -> Tensor:
-    """PIL ``ImageOps.equalize``: per-channel histogram equalisation with PIL's lookup table.
+def _equalize(levels: Tensor) -> tuple[Tensor, Tensor]:
+    """PIL's equalize table of whole ``levels`` ``(B, C, H, W)``, ``(B, C, 256)`` float64, and the levels as
+    int64 indices ``(B, C, H W)``.
 
-    Float or (quantize mode) uint8 levels. PIL's integer arithmetic runs in float64, which holds these
-    counts exactly (far below 2^53) and gives exactly PIL's floor divisions.
+    PIL's integer arithmetic runs in float64, which holds these counts exactly (far below 2^53) and gives
+    exactly PIL's floor divisions.
     """
-    levels = images if ctx.quantize else images.round().clamp(0.0, 255.0)
     b, c, h, w = levels.shape
     n = h * w
     one, identity = _equalize_constants(levels.device)
@@ -387,8 +479,19 @@ def equalize(images: Tensor, magnitude: Tensor | None, ctx: KernelContext) -> Te
     # (true division then floor: exact for these whole numbers, and faster than rounding_mode="floor")
     step = torch.where(below < n, below, 0.0).amax(dim=2, keepdim=True).div_(255.0).floor_()
     lut = below.add_(step.mul(0.5).floor_()).div_(step.clamp(min=1.0)).floor_()
-    lut = torch.where(step > 0, lut.clamp_(max=255.0), identity)
-    return lut.to(images.dtype).gather(2, index).view(b, c, h, w)
+    return torch.where(step > 0, lut.clamp_(max=255.0), identity), index
+
+
+def equalize_table(images: Tensor, magnitude: Tensor | None, ctx: KernelContext) -> Tensor:
+    return _equalize(images)[0].unsqueeze(2)
+
+
+def equalize(images: Tensor, magnitude: Tensor | None, ctx: KernelContext) -> Tensor:
+    """PIL ``ImageOps.equalize``: per-channel histogram equalisation with PIL's lookup table (float or
+    uint8 levels)."""
+    levels = images if ctx.quantize else images.round().clamp(0.0, 255.0)
+    table, index = _equalize(levels)
+    return table.to(images.dtype).gather(2, index).view(images.shape)
 
 
 @functools.lru_cache(maxsize=16)
