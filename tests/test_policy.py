@@ -17,6 +17,7 @@ from torchvision.transforms import InterpolationMode, v2
 
 from hba_augment import pretrained
 from hba_augment.functional import NUM_OPS, OP_NAMES, OPS
+from hba_augment.functional import _augment as augment_module
 from hba_augment.policy import HBAPolicy
 from hba_augment.schedule import Schedule
 
@@ -117,10 +118,14 @@ def test_slot_probability_is_used():
     ],
 )
 @pytest.mark.parametrize("count_probs", [(0.2, 0.3, 0.5), (0.0, 0.0, 0.0, 1.0)])
-def test_single_images_draw_like_batch_rows(dtype, size, interpolation, count_probs, cifar_images):
+@pytest.mark.parametrize("chunk_bytes", [None, 5000])
+def test_single_images_draw_like_batch_rows(dtype, size, interpolation, count_probs, chunk_bytes, cifar_images, monkeypatch):
     # A single image takes its own code path (host-side picking, for speed); it must be the same template
     # on the same draws: with one generator, B single calls give the rows of one batched call. Cutout is
-    # left out, as it draws its centres after the template (per call, not per image).
+    # left out, as it draws its centres after the template (per call, not per image). chunk_bytes: large
+    # CPU batches go in parts, each drawing in turn, which gives the same rows again.
+    if chunk_bytes is not None:
+        monkeypatch.setattr(augment_module, "_CHUNK_BYTES", chunk_bytes)
     prob = np.full((2, NUM_OPS), 0.5)
     prob[:, OP_NAMES.index("Cutout")] = 0.0
     prob[1, OP_NAMES.index("Invert")] = 0.0  # a p = 0 slot: never drawn on either path
@@ -330,6 +335,27 @@ def test_tensor_shapes_and_dtypes(shape, dtype):
     expected = 255 - x if dtype == torch.uint8 else 1 - x
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-6)
     torch.testing.assert_close(x, before, rtol=0, atol=0)  # input untouched
+
+
+@pytest.mark.parametrize("chunk_bytes", [None, 5000])
+def test_per_image_policies_draw_like_single_calls(chunk_bytes, cifar_images, monkeypatch):
+    # The search's case: a (B, 2, 15) policy, one row per image, also when a CPU batch goes in parts.
+    from hba_augment.functional import augment
+
+    if chunk_bytes is not None:
+        monkeypatch.setattr(augment_module, "_CHUNK_BYTES", chunk_bytes)
+    x = cifar_images[:40]
+    g = torch.Generator().manual_seed(8)
+    prob = torch.rand(len(x), 2, NUM_OPS, generator=g)
+    prob[:, :, OP_NAMES.index("Cutout")] = 0.0
+    low = torch.tensor([s.low if s.has_magnitude else 0.0 for s in OPS])
+    high = torch.tensor([s.high if s.has_magnitude else 0.0 for s in OPS])
+    mag = low + (high - low) * torch.rand(len(x), 2, NUM_OPS, generator=g)
+    batched = augment(x, prob, mag, generator=torch.Generator().manual_seed(9))
+    g = torch.Generator().manual_seed(9)
+    singles = torch.stack([augment(x[i], prob[i], mag[i], generator=g) for i in range(len(x))])
+    torch.testing.assert_close(singles, batched, rtol=0, atol=0)
+    assert changed(batched, x).sum() >= 20
 
 
 @pytest.mark.parametrize("size", [32, 64])
