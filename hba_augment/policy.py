@@ -26,22 +26,39 @@ _UNSUPPORTED = tuple(
 )
 
 
-def _pil_to_batch(img: PIL.Image.Image) -> Tensor:
-    """``(1, C, H, W)`` uint8, a channels-last view of the image's bytes (the kernels keep the layout).
+# RGB images of at least this many pixels cross between PIL's interleaved pixels and the kernels' planes
+# through PIL's own split() and merge(): at 224x224 2.6x faster than a strided copy in torch, at 32x32
+# slower (RESULTS.md, issue 6).
+_PLANAR_PIXELS = 64 * 64
 
-    Reading the bytes straight into a tensor skips numpy's array interface and the copy to CHW of
-    ``pil_to_tensor``: in the per-image transform, where conversion is a large part of the cost, this
-    measured 19 us per 32x32 image less than ``np.array`` + ``fromarray`` (RESULTS.md, issue 6).
+
+def _pil_to_batch(img: PIL.Image.Image) -> Tensor:
+    """``(1, C, H, W)`` uint8 holding the image's pixels.
+
+    Small RGB images come as a channels-last view of their bytes (the kernels keep the layout), large
+    ones as planes from ``split()``. Reading bytes straight into a tensor skips numpy's array interface:
+    in the per-image transform, where conversion is a large part of the cost, this measured 19 us per
+    32x32 image less than ``np.array`` + ``fromarray`` (RESULTS.md, issue 6).
     """
     width, height = img.size
+    bands = len(img.getbands())
     # bytearray: torch.frombuffer wants a writable buffer.
+    if bands > 1 and width * height >= _PLANAR_PIXELS:
+        data = torch.frombuffer(bytearray(b"".join(band.tobytes() for band in img.split())), dtype=torch.uint8)
+        return data.view(1, bands, height, width)
     data = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8)
-    return data.view(1, height, width, -1).permute(0, 3, 1, 2)
+    return data.view(1, height, width, bands).permute(0, 3, 1, 2)
 
 
 def _batch_to_pil(batch: Tensor, mode: str) -> PIL.Image.Image:
     """Inverse of :func:`_pil_to_batch` for a ``(1, C, H, W)`` uint8 tensor (a copy, in ``mode``)."""
-    _, _, height, width = batch.shape
+    _, bands, height, width = batch.shape
+    if bands > 1 and width * height >= _PLANAR_PIXELS:
+        planes = batch[0].contiguous().numpy()
+        # frombuffer maps each plane without a copy; merge() copies them into the new image.
+        return PIL.Image.merge(
+            mode, [PIL.Image.frombuffer("L", (width, height), plane, "raw", "L", 0, 1) for plane in planes]
+        )
     array = batch[0].permute(1, 2, 0).contiguous().numpy()
     return PIL.Image.frombytes(mode, (width, height), array)
 

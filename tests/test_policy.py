@@ -311,10 +311,13 @@ def test_generator_keyword():
 
 
 # ---------------------------------------------------------------------------------------- input types
-def test_pil_rgb_and_l():
+@pytest.mark.parametrize("size", [(9, 9), (96, 72)])  # small images cross as pixels, large ones as planes
+def test_pil_rgb_and_l(size):
     policy = HBAPolicy(INVERT_ALL)
-    x = images(1, size=9)[0]
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(1, 255, (3, size[1], size[0]), dtype=torch.uint8, generator=g)
     rgb = T.functional.to_pil_image(x)
+    assert rgb.size == size
     out = policy(rgb)
     assert isinstance(out, PIL.Image.Image) and out.mode == "RGB" and out.size == rgb.size
     assert np.array_equal(np.asarray(out), 255 - np.asarray(rgb))
@@ -322,6 +325,12 @@ def test_pil_rgb_and_l():
     out = policy(gray)
     assert out.mode == "L" and out.size == gray.size
     assert np.array_equal(np.asarray(out), 255 - np.asarray(gray))
+    # A rotation keeps the channels and pixels where the tensor path puts them.
+    rotate = HBAPolicy(schedule({(0, "Rotate"): (1.0, 20.0)}, count_probs=(0.0, 1.0)))
+    torch.manual_seed(0)
+    out = rotate(rgb)
+    torch.manual_seed(0)
+    assert np.array_equal(np.asarray(out), rotate(x).permute(1, 2, 0).numpy())
 
 
 @pytest.mark.parametrize("shape", [(3, 5, 7), (1, 5, 7), (4, 3, 5, 7), (2, 3, 1, 5, 7), (0, 3, 5, 7)])
