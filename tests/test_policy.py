@@ -346,6 +346,24 @@ def test_tensor_shapes_and_dtypes(shape, dtype):
     torch.testing.assert_close(x, before, rtol=0, atol=0)  # input untouched
 
 
+@pytest.mark.parametrize(
+    ("op", "m"),
+    [("Invert", None), ("Solarize", 100.0), ("Posterize", 3.0), ("Brightness", 1.3), ("Contrast", 0.4),
+     ("AutoContrast", None), ("Equalize", None)],
+)
+@pytest.mark.parametrize("copy_", [0, 1])
+def test_pointwise_ops_in_the_template_are_the_ops(op, m, copy_, cifar_images):
+    # One certain slot, one op per image: the template's lookups (tables cached per policy entry, merged
+    # per step) must give exactly apply_op's result, for a batch and for single images.
+    from hba_augment.functional import apply_op
+
+    policy = HBAPolicy(schedule({(copy_, op): (1.0, m)}, count_probs=(0.0, 1.0)))
+    x = cifar_images[:16]
+    expected = apply_op(x, op, m)
+    torch.testing.assert_close(policy(x), expected, rtol=0, atol=0)
+    torch.testing.assert_close(torch.stack([policy(image) for image in x]), expected, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("chunk_bytes", [None, 5000])
 def test_per_image_policies_draw_like_single_calls(chunk_bytes, cifar_images, monkeypatch):
     # The search's case: a (B, 2, 15) policy, one row per image, also when a CPU batch goes in parts.

@@ -142,12 +142,14 @@ class _Policy:
     """A checked policy: ``prob`` ``(1 or B, 30)``; ``table`` ``(1 or B, 60)``, each slot's magnitude and
     then its magnitude after a sign flip; and what is derived from them on first use: for a policy shared
     by the batch, the NEAREST warp maps of its geometric table entries per image size
-    (:func:`_warp_maps`), and the host copy of a single image's policy (:func:`_single_policy`)."""
+    (:func:`_warp_maps`) and the tables of its fixed-table entries (:func:`_fixed_tables`), and the
+    host copy of a single image's policy (:func:`_single_policy`)."""
 
     prob: Tensor
     table: Tensor
     warps: dict[tuple[int, int], Tensor] = dataclasses.field(default_factory=dict)
     single: tuple[np.ndarray, tuple[Tensor, ...]] | None = None
+    tables: Tensor | None = None
 
 
 # The last few policies that passed the check: (prob, mag, (their versions, device, batch), _Policy),
@@ -195,6 +197,27 @@ def _warp_maps(policy: _Policy, h: int, w: int, ctx: KernelContext) -> Tensor | 
         matrices = torch.cat([OPS[op].matrix(m, h, w) for op, m in zip(_GEOMETRIC, per_op, strict=True)])
         maps = policy.warps[(h, w)] = nearest_index(matrices, h, w)
     return maps
+
+
+def _fixed_tables(policy: _Policy) -> Tensor | None:
+    """The uint8 table of every entry ``f`` of a shared policy's magnitude table whose op has a fixed
+    table (``OpSpec.fixed_table``), ``(60, 1, 1, 256)`` (other rows: unused), built once; ``None`` for
+    per-image policies. A lookup in them replaces the 4-7 small ops of computing the table."""
+    if policy.table.shape[0] != 1:
+        return None
+    if policy.tables is None:
+        device = policy.table.device
+        ctx = KernelContext(quantize=True, fill=None, mode="nearest", generator=None)
+        tables = torch.zeros(_TABLE, 1, 1, 256, device=device)
+        for op, spec in enumerate(OPS):
+            if spec.fixed_table:
+                entries = [f for f in range(_TABLE) if _op_of(f) == op]
+                # Any images of the right batch size and device: fixed tables read nothing else.
+                stand_in = torch.empty(len(entries), 1, 0, 0, dtype=torch.uint8, device=device)
+                magnitude = policy.table[0, entries] if spec.has_magnitude else None
+                tables[entries] = spec.table(stand_in, magnitude, ctx)
+        policy.tables = tables.to(torch.uint8)
+    return policy.tables
 
 
 def augment(
@@ -296,10 +319,11 @@ def _augment_batch(batch: Tensor, policy: _Policy, edges: Tensor, ctx: KernelCon
     # uint8 images stay uint8 from start to end: only the rows that draw an op without a uint8 kernel
     # (OpSpec.integer) go through float levels, for that op alone. The copy: rows are written in place.
     levels = batch.clone(memory_format=torch.contiguous_format) if ctx.quantize else to_levels(batch)
+    tables = _fixed_tables(policy) if ctx.quantize else None
     magnitudes = magnitude.unbind(1)
     for s in active:
         maps = _warp_maps(policy, h, w, ctx) if sum(counts[s][: len(_GEOMETRIC)]) else None
-        levels = _apply_step(levels, perm[:, s], counts[s], code[:, s], magnitudes[s], maps, ctx)
+        levels = _apply_step(levels, perm[:, s], counts[s], code[:, s], magnitudes[s], maps, tables, ctx)
     return _result(levels, batch.dtype, _layout(batch), False)
 
 
@@ -365,6 +389,8 @@ def _augment_one(
         if maps is not None:
             row = _WARP_ROW_OF_CODE[entry + _TABLE]
             levels = warp_nearest(levels, maps[row : row + 1], ctx)
+        elif spec.fixed_table and levels.dtype == torch.uint8:
+            levels = lookup(levels, _fixed_tables(policy)[entry : entry + 1])
         else:
             levels = spec.kernel(levels, magnitudes[entry], ctx)
     return _result(levels, images.dtype, _layout(batch), unbatched)
@@ -408,6 +434,7 @@ def _apply_step(
     code: Tensor,
     magnitude: Tensor,
     maps: Tensor | None,
+    fixed_tables: Tensor | None,
     ctx: KernelContext,
 ) -> Tensor:
     """Apply to each image the op it drew for this step, each op once on its images.
@@ -431,7 +458,11 @@ def _apply_step(
             index = perm[start : start + n]
             if spec.table is not None and levels.dtype == torch.uint8:
                 table_rows.append(index)
-                tables.append(spec.table(levels.index_select(0, index), magnitude[index], ctx).expand(n, c, 1, 256))
+                if spec.fixed_table and fixed_tables is not None:
+                    table = fixed_tables[code[index] - _TABLE]
+                else:
+                    table = spec.table(levels.index_select(0, index), magnitude[index], ctx)
+                tables.append(table.expand(n, c, 1, 256))
             elif not spec.geometric:
                 levels = _apply_rows(levels, index, kernel, magnitude[index], ctx)
             elif maps is None:

@@ -35,6 +35,8 @@ class OpSpec(NamedTuple):
         table: for pointwise ops, ``table(levels (B, C, H, W), magnitude (B,) or None, ctx) -> (B, C or 1,
             1, 256)``: the whole level each of the 256 levels becomes in each image (quantize mode), so
             that callers can merge several pointwise ops into one lookup.
+        fixed_table: the table depends on the magnitude alone, not on the image, so a caller may compute
+            it once per policy entry (with any images of the right batch size and device).
     """
 
     name: str
@@ -47,6 +49,7 @@ class OpSpec(NamedTuple):
     matrix: Callable[[Tensor, int, int], Tensor] | None = None
     integer: bool = False
     table: Callable[[Tensor, Tensor | None, K.KernelContext], Tensor] | None = None
+    fixed_table: bool = False
 
     @property
     def has_magnitude(self) -> bool:
@@ -71,14 +74,14 @@ OPS: tuple[OpSpec, ...] = (
     _geometric("TranslateY", 0.45, K.translate_y_matrix),
     _geometric("Rotate", 30.0, K.rotate_matrix),
     OpSpec("AutoContrast", None, None, False, None, False, K.auto_contrast, integer=True, table=K.auto_contrast_table),
-    OpSpec("Invert", None, None, False, None, False, K.invert, integer=True, table=K.invert_table),
+    OpSpec("Invert", None, None, False, None, False, K.invert, integer=True, table=K.invert_table, fixed_table=True),
     OpSpec("Equalize", None, None, False, None, False, K.equalize, integer=True, table=K.equalize_table),
     # Solarize is the identity only at 256, just outside its range.
-    OpSpec("Solarize", 0.0, 255.0, False, None, False, K.solarize, integer=True, table=K.solarize_table),
-    OpSpec("Posterize", 0.0, 8.0, False, 8.0, False, K.posterize, integer=True, table=K.posterize_table),
+    OpSpec("Solarize", 0.0, 255.0, False, None, False, K.solarize, integer=True, table=K.solarize_table, fixed_table=True),
+    OpSpec("Posterize", 0.0, 8.0, False, 8.0, False, K.posterize, integer=True, table=K.posterize_table, fixed_table=True),
     OpSpec("Contrast", 0.1, 1.9, False, 1.0, False, K.contrast, integer=True, table=K.contrast_table),
     OpSpec("Color", 0.1, 1.9, False, 1.0, False, K.color),
-    OpSpec("Brightness", 0.1, 1.9, False, 1.0, False, K.brightness, integer=True, table=K.brightness_table),
+    OpSpec("Brightness", 0.1, 1.9, False, 1.0, False, K.brightness, integer=True, table=K.brightness_table, fixed_table=True),
     OpSpec("Sharpness", 0.1, 1.9, False, 1.0, False, K.sharpness),
     OpSpec("Cutout", 0.0, 0.2, False, 0.0, False, K.cutout, integer=True),
 )
