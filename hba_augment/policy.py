@@ -27,8 +27,8 @@ _UNSUPPORTED = tuple(
 
 
 # RGB images of at least this many pixels cross between PIL's interleaved pixels and the kernels' planes
-# through PIL's own split() and merge(): at 224x224 2.6x faster than a strided copy in torch, at 32x32
-# slower (RESULTS.md, issue 6).
+# in PIL's own C code (one band at a time in, merge() out): at 224x224 2.2x (in) and 2.2x (out) faster
+# than a strided copy in torch, at 32x32 slower (RESULTS.md, issue 6).
 _PLANAR_PIXELS = 64 * 64
 
 
@@ -36,18 +36,20 @@ def _pil_to_batch(img: PIL.Image.Image) -> Tensor:
     """``(1, C, H, W)`` uint8 holding the image's pixels.
 
     Small RGB images come as a channels-last view of their bytes (the kernels keep the layout), large
-    ones as planes from ``split()``. Reading bytes straight into a tensor skips numpy's array interface:
-    in the per-image transform, where conversion is a large part of the cost, this measured 19 us per
-    32x32 image less than ``np.array`` + ``fromarray`` (RESULTS.md, issue 6).
+    ones as planes, each band encoded on its own by PIL's raw encoder. Reading bytes straight into a
+    tensor skips numpy's array interface: in the per-image transform, where conversion is a large part of
+    the cost, this measured 19 us per 32x32 image less than ``np.array`` + ``fromarray`` (RESULTS.md).
     """
     width, height = img.size
-    bands = len(img.getbands())
-    # bytearray: torch.frombuffer wants a writable buffer.
-    if bands > 1 and width * height >= _PLANAR_PIXELS:
-        data = torch.frombuffer(bytearray(b"".join(band.tobytes() for band in img.split())), dtype=torch.uint8)
-        return data.view(1, bands, height, width)
+    bands = img.getbands()
+    if len(bands) > 1 and width * height >= _PLANAR_PIXELS:
+        n = width * height
+        planes = bytearray(len(bands) * n)  # writable, as torch.frombuffer wants
+        for i, band in enumerate(bands):
+            planes[i * n : (i + 1) * n] = img.tobytes("raw", band)
+        return torch.frombuffer(planes, dtype=torch.uint8).view(1, len(bands), height, width)
     data = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8)
-    return data.view(1, height, width, bands).permute(0, 3, 1, 2)
+    return data.view(1, height, width, len(bands)).permute(0, 3, 1, 2)
 
 
 def _batch_to_pil(batch: Tensor, mode: str) -> PIL.Image.Image:
