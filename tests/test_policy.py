@@ -118,7 +118,7 @@ def test_slot_probability_is_used():
     ],
 )
 @pytest.mark.parametrize("count_probs", [(0.2, 0.3, 0.5), (0.0, 0.0, 0.0, 1.0)])
-@pytest.mark.parametrize("chunk_bytes", [None, 5000])
+@pytest.mark.parametrize("chunk_bytes", [None, 5000, 20000])  # whole; parts of 1 image; parts of several
 def test_single_images_draw_like_batch_rows(dtype, size, interpolation, count_probs, chunk_bytes, cifar_images, monkeypatch):
     # A single image takes its own code path (host-side picking, for speed); it must be the same template
     # on the same draws: with one generator, B single calls give the rows of one batched call. Cutout is

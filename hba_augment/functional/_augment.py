@@ -278,13 +278,14 @@ def augment(
     chunk = _chunk_size(batch)
     if chunk >= b:
         return _augment_batch(batch, policy, edges, ctx)
-    # Large CPU batches, in parts that stay in the CPU's caches (each part draws its own template).
-    parts = []
+    # Large CPU batches, in parts that stay in the CPU's caches (each part draws its own template), each
+    # written into its rows of the result.
+    out = torch.empty(batch.shape, dtype=batch.dtype, device=batch.device)
     for start in range(0, b, chunk):
         rows = slice(start, start + chunk)
         part = policy if policy.prob.shape[0] == 1 else _Policy(policy.prob[rows], policy.table[rows])
-        parts.append(_augment_batch(batch[rows], part, edges, ctx))
-    return torch.cat(parts)
+        _augment_batch(batch[rows], part, edges, ctx, out[rows])
+    return out
 
 
 #: CPU batches of more than twice this many bytes of levels are augmented in parts of about this size:
@@ -301,8 +302,11 @@ def _chunk_size(batch: Tensor) -> int:
     return max(1, _CHUNK_BYTES // image_bytes)
 
 
-def _augment_batch(batch: Tensor, policy: _Policy, edges: Tensor, ctx: KernelContext) -> Tensor:
-    """:func:`augment` for a ``(B, C, H, W)`` batch, B >= 2."""
+def _augment_batch(
+    batch: Tensor, policy: _Policy, edges: Tensor, ctx: KernelContext, out: Tensor | None = None
+) -> Tensor:
+    """:func:`augment` for a ``(B, C, H, W)`` batch, B >= 2; the result in a new tensor, or written into
+    ``out`` (contiguous, the batch's shape and dtype), which uint8 images are then augmented in."""
     b, _, h, w = batch.shape
     steps = len(edges)
     code, magnitude = _sample(policy, edges, steps, b, ctx.generator)
@@ -315,16 +319,21 @@ def _augment_batch(batch: Tensor, policy: _Policy, edges: Tensor, ctx: KernelCon
     perm = group.argsort(dim=0, stable=True)
     active = [s for s in range(steps) if counts[s][_NO_OP_GROUP] < b]
     if not active:
-        return batch.clone()
+        return batch.clone() if out is None else out.copy_(batch)
     # uint8 images stay uint8 from start to end: only the rows that draw an op without a uint8 kernel
     # (OpSpec.integer) go through float levels, for that op alone. The copy: rows are written in place.
-    levels = batch.clone(memory_format=torch.contiguous_format) if ctx.quantize else to_levels(batch)
+    if not ctx.quantize:
+        levels = to_levels(batch)
+    else:
+        levels = batch.clone(memory_format=torch.contiguous_format) if out is None else out.copy_(batch)
     tables = _fixed_tables(policy) if ctx.quantize else None
     magnitudes = magnitude.unbind(1)
     for s in active:
         maps = _warp_maps(policy, h, w, ctx) if sum(counts[s][: len(_GEOMETRIC)]) else None
         levels = _apply_step(levels, perm[:, s], counts[s], code[:, s], magnitudes[s], maps, tables, ctx)
-    return _result(levels, batch.dtype, _layout(batch), False)
+    if out is None:
+        return _result(levels, batch.dtype, _layout(batch), False)
+    return out if levels is out else out.copy_(_result(levels, batch.dtype, torch.contiguous_format, False))
 
 
 def _result(levels: Tensor, dtype: torch.dtype, layout: torch.memory_format, unbatched: bool) -> Tensor:
