@@ -459,10 +459,9 @@ def _apply_step(
     for position, op_index in enumerate(_ORDER):
         n = counts[position]
         spec = OPS[op_index]
-        kernel = _kernel_for(spec, levels, ctx)
         if n == b and not spec.geometric:
             # The whole batch drew this op: no gather or scatter.
-            return kernel(levels, magnitude, ctx)
+            return _kernel_for(spec, levels, ctx)(levels, magnitude, ctx)
         if n:
             index = perm[start : start + n]
             if spec.table is not None and levels.dtype == torch.uint8:
@@ -473,7 +472,7 @@ def _apply_step(
                     table = spec.table(levels.index_select(0, index), magnitude[index], ctx)
                 tables.append(table.expand(n, c, 1, 256))
             elif not spec.geometric:
-                levels = _apply_rows(levels, index, kernel, magnitude[index], ctx)
+                levels = _apply_rows(levels, index, _kernel_for(spec, levels, ctx), magnitude[index], ctx)
             elif maps is None:
                 matrices.append(spec.matrix(magnitude[index], h, w))
         start += n

@@ -5,7 +5,9 @@ caller's dtype, so that uint8 and float inputs share one implementation. Paramet
 the images' device. With ``quantize=True`` (the caller's images are uint8) a kernel reproduces PIL's
 8-bit arithmetic, rounding and truncation included, and returns whole levels; with ``quantize=False``
 (float images) it computes the same operation without rounding, so that it stays differentiable where
-the operation is.
+the operation is. The kernels of ops marked ``integer`` in the op table also take the uint8 images
+themselves (whole levels, quantize mode) and return uint8; the pointwise ones then look each pixel up in
+the op's 256-level *table*, computed with the same arithmetic as the float path.
 
 Why not ``kornia.enhance`` for the colour ops: its brightness is additive, its contrast multiplies without
 blending towards the mean, its saturation works in HSV, and its equalize/posterize truncate floats on
@@ -303,6 +305,7 @@ def _batch_ramp(images: Tensor) -> Tensor:
 
 
 def invert_table(images: Tensor, magnitude: Tensor | None, ctx: KernelContext) -> Tensor:
+    """The table of :func:`invert`, ``(B, 1, 1, 256)``."""
     return 255.0 - _batch_ramp(images)
 
 
@@ -321,6 +324,7 @@ def _solarize(levels: Tensor, threshold: Tensor, quantize: bool) -> Tensor:
 
 
 def solarize_table(images: Tensor, threshold: Tensor, ctx: KernelContext) -> Tensor:
+    """The table of :func:`solarize`, ``(B, 1, 1, 256)``."""
     return _solarize(_ramp(images.device), threshold, True)
 
 
@@ -339,6 +343,7 @@ def _posterize(levels: Tensor, bits: Tensor, quantize: bool) -> Tensor:
 
 
 def posterize_table(images: Tensor, bits: Tensor, ctx: KernelContext) -> Tensor:
+    """The table of :func:`posterize`, ``(B, 1, 1, 256)``."""
     return _posterize(_ramp(images.device), bits, True)
 
 
@@ -357,6 +362,7 @@ def _brightness(levels: Tensor, factor: Tensor, quantize: bool) -> Tensor:
 
 
 def brightness_table(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
+    """The table of :func:`brightness`, ``(B, 1, 1, 256)``."""
     return _brightness(_ramp(images.device), factor, True)
 
 
@@ -374,6 +380,7 @@ def _mean_grey(images: Tensor, quantize: bool) -> Tensor:
 
 
 def contrast_table(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
+    """The table of :func:`contrast` for each image (its mean grey level), ``(B, 1, 1, 256)``."""
     return _blend(_mean_grey(images, True), _ramp(images.device), factor, True)
 
 
@@ -433,6 +440,7 @@ def _channel_range(images: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def auto_contrast_table(images: Tensor, magnitude: Tensor | None, ctx: KernelContext) -> Tensor:
+    """The table of :func:`auto_contrast` for each image and channel, ``(B, C, 1, 256)``."""
     return _auto_contrast_8bit(_ramp(images.device), *_channel_range(images))
 
 
@@ -483,6 +491,7 @@ def _equalize(levels: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def equalize_table(images: Tensor, magnitude: Tensor | None, ctx: KernelContext) -> Tensor:
+    """The table of :func:`equalize` for each image and channel, ``(B, C, 1, 256)``."""
     return _equalize(images)[0].unsqueeze(2)
 
 
