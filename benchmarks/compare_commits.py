@@ -43,7 +43,7 @@ from hba_augment.functional import OPS  # noqa: E402
 def import_base(commit: str, folder: Path):
     """``hba_augment`` at ``commit``, imported as ``hba_base`` from ``folder``."""
     archive = subprocess.run(
-        ["git", "archive", "--format=tar", commit, "hba_augment"], cwd=HERE, capture_output=True, check=True
+        ["git", "archive", "--format=tar", commit, "hba_augment"], cwd=HERE.parent, capture_output=True, check=True
     ).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(folder, filter="data")
