@@ -352,13 +352,14 @@ def test_tensor_shapes_and_dtypes(shape, dtype):
      ("AutoContrast", None), ("Equalize", None)],
 )
 @pytest.mark.parametrize("copy_", [0, 1])
-def test_pointwise_ops_in_the_template_are_the_ops(op, m, copy_, cifar_images):
+@pytest.mark.parametrize("size", [32, 64])  # single images below 64x64 use the cached tables
+def test_pointwise_ops_in_the_template_are_the_ops(op, m, copy_, size, cifar_images):
     # One certain slot, one op per image: the template's lookups (tables cached per policy entry, merged
     # per step) must give exactly apply_op's result, for a batch and for single images.
     from hba_augment.functional import apply_op
 
     policy = HBAPolicy(schedule({(copy_, op): (1.0, m)}, count_probs=(0.0, 1.0)))
-    x = cifar_images[:16]
+    x = cifar_images[:16].repeat_interleave(size // 32, -1).repeat_interleave(size // 32, -2)
     expected = apply_op(x, op, m)
     torch.testing.assert_close(policy(x), expected, rtol=0, atol=0)
     torch.testing.assert_close(torch.stack([policy(image) for image in x]), expected, rtol=0, atol=0)

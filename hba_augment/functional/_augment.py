@@ -288,6 +288,9 @@ def augment(
     return out
 
 
+#: A single image with fewer pixels takes fixed-table ops as lookups (see _augment_one).
+_SMALL_IMAGE = 64 * 64
+
 #: CPU batches of more than twice this many bytes of levels are augmented in parts of about this size:
 #: on a 2-core CPU, 224x224 batches of 256 ran 1.9x faster in 4.6 MB parts than whole (RESULTS.md).
 _CHUNK_BYTES = 4 << 20
@@ -398,7 +401,9 @@ def _augment_one(
         if maps is not None:
             row = _WARP_ROW_OF_CODE[entry + _TABLE]
             levels = warp_nearest(levels, maps[row : row + 1], ctx)
-        elif spec.fixed_table and levels.dtype == torch.uint8:
+        elif spec.fixed_table and levels.dtype == torch.uint8 and h * w < _SMALL_IMAGE:
+            # Small images: the cached table's lookup is fewer calls than the kernel; large ones: the
+            # kernel's passes over the pixels are cheaper than a lookup's int64 gather.
             levels = lookup(levels, _fixed_tables(policy)[entry : entry + 1])
         else:
             levels = spec.kernel(levels, magnitudes[entry], ctx)

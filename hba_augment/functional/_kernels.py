@@ -332,7 +332,10 @@ def solarize(images: Tensor, threshold: Tensor, ctx: KernelContext) -> Tensor:
     """PIL ``ImageOps.solarize``: levels at or above the per-image threshold are inverted (float or uint8
     levels)."""
     if images.dtype == torch.uint8:
-        return torch.where(images >= _per_image(torch.ceil(threshold)), 255 - images, images)
+        # x ^ 255 = 255 - x: flip all bits of the levels at or above ceil(t), compared in uint8 (a float
+        # threshold would promote every pixel; where() on bytes measured 1.8x slower at 224x224).
+        flip = images >= _per_image(torch.ceil(threshold).to(torch.uint8))
+        return images ^ flip.view(torch.uint8).mul_(255)
     return _solarize(images, threshold, ctx.quantize)
 
 
@@ -369,7 +372,9 @@ def brightness_table(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tens
 def brightness(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
     """PIL ``ImageEnhance.Brightness``: blend with black, ``0 + f (x - 0)``, that is ``f x``."""
     if images.dtype == torch.uint8:
-        return lookup(images, brightness_table(images, factor, ctx))
+        # Through float levels: vectorised passes beat a lookup's int64 gather (1.6x at 224x224). Back to
+        # uint8 via int16, as from_levels: a direct float -> uint8 conversion is several times slower.
+        return _brightness(images.to(torch.float32), factor, True).to(torch.int16).to(torch.uint8)
     return _brightness(images, factor, ctx.quantize)
 
 
@@ -520,7 +525,10 @@ def _paint_patch(images: Tensor, fraction: Tensor, centre: Tensor, ctx: KernelCo
     inside = (ramp >= start) & (ramp < start + extent.unsqueeze(-1))  # (B, 2, max(H, W))
     fill = _zero(images.device, images.dtype) if ctx.fill is None else ctx.fill.to(images.dtype)
     if images.dtype == torch.uint8:
-        return torch.where((inside[:, 0, :h, None] & inside[:, 1, None, :w]).unsqueeze(1), fill, images)
+        # Products with 0/1 bytes, exact and (unlike where()) fast on CPUs: image outside, fill inside.
+        patch = (inside[:, 0, :h, None] & inside[:, 1, None, :w]).unsqueeze(1)
+        out = images * (~patch).view(torch.uint8)
+        return out if ctx.fill is None else out.add_(patch.view(torch.uint8) * fill)
     # The patch as a 0/1 float weight (boolean masks and where() are several times slower on float CPU
     # images); lerp returns the image exactly at weight 0 and the fill exactly at weight 1.
     weight = inside.to(images.dtype)
