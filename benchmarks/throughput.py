@@ -18,10 +18,13 @@ the medians of the wall-clock and of the process CPU time per pass (CPU time is 
 loaded machine). The run writes a JSON file and a markdown table with the machine, command, date, git
 commit and load average.
 
+``--policy NAME_OR_PATH --epoch E`` times a shipped or saved schedule's entry for epoch E instead (the PBA
+reference too). The run also reports how many ops the schedule applies per image on average.
+
 Usage::
 
     python benchmarks/throughput.py [--sizes 32,224] [--batch-size 256] [--per-image N] [--repeats 7]
-        [--threads 1] [--quick] [--out benchmarks/results/throughput]
+        [--threads 1] [--policy cifar10 --epoch 7] [--quick] [--out benchmarks/results/throughput]
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from reference_pba import PBATemplate  # noqa: E402
 
 from hba_augment import HBAPolicy, Schedule  # noqa: E402
 from hba_augment.functional import OPS  # noqa: E402
+from hba_augment.functional._augment import draw_one  # noqa: E402
 
 
 def default_data_dir() -> Path:
@@ -146,8 +150,24 @@ class Candidate:
         self.cpu.append(time.process_time() - cpu)
 
 
+def chosen_schedule(args: argparse.Namespace) -> Schedule:
+    """The stress schedule, or with ``--policy`` the entry of a shipped or saved schedule at ``--epoch``."""
+    if args.policy is None:
+        return benchmark_schedule()
+    full = HBAPolicy(args.policy).schedule
+    prob, mag = full.at(full.index(args.epoch))
+    return Schedule.constant(prob.numpy(), mag.numpy(), count_probs=full.count_probs, name=f"{full.name}@{args.epoch}")
+
+
+def ops_per_image(schedule: Schedule, draws: int = 20_000) -> float:
+    """The mean number of ops the template applies to an image under ``schedule`` (its first entry)."""
+    prob, mag = schedule.at(0)
+    generator = torch.Generator().manual_seed(0)
+    return sum(len(draw_one(prob, mag, schedule.count_probs, generator=generator).entries) for _ in range(draws)) / draws
+
+
 def candidates(images: torch.Tensor, per_image: int, args: argparse.Namespace) -> list[Candidate]:
-    schedule = benchmark_schedule()
+    schedule = chosen_schedule(args)
     prob, mag = schedule.at(0)
     hba = HBAPolicy(schedule)
     reference = PBATemplate(prob.numpy(), mag.numpy(), schedule.count_probs, seed=0)
@@ -224,8 +244,8 @@ def markdown(result: dict) -> str:
         f"pillow {m['pillow']}, numpy {m['numpy']}",
         f"- allocator settings: {m['allocator'] or 'default (glibc malloc, no MALLOC_* variables)'}",
         f"- load average (1, 5, 15 min) at start {result['load_start']}, at end {result['load_end']}",
-        f"- schedule: all 30 slots p = 0.5, mid-range magnitudes; {result['repeats']} timed passes after one warm-up pass; "
-        "medians per pass",
+        f"- schedule: {result['schedule']} ({result['ops_per_image']:.2f} ops applied per image on average); "
+        f"{result['repeats']} timed passes after one warm-up pass; medians per pass",
         "",
         "| size | candidate | input | device | images/pass | img/s (CPU time) | img/s (wall) | ms/pass CPU | ms/pass wall |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -257,6 +277,12 @@ def main(argv: list[str] | None = None) -> None:
         "--cuda-batch", type=int, default=4096, help="an extra CUDA row with this batch size (0: none)"
     )
     parser.add_argument("--no-cuda", action="store_true", help="skip the CUDA rows even if a GPU is there")
+    parser.add_argument(
+        "--policy",
+        default=None,
+        help="time this schedule (shipped name or JSON path) at --epoch instead of the stress schedule",
+    )
+    parser.add_argument("--epoch", type=int, default=0, help="epoch of --policy")
     parser.add_argument("--data-dir", type=Path, default=default_data_dir())
     parser.add_argument("--quick", action="store_true", help="smoke run: B=32, 8 per-image images, 2 repeats")
     parser.add_argument("--out", type=Path, default=None, help="write OUT.json and OUT.md")
@@ -307,6 +333,8 @@ def main(argv: list[str] | None = None) -> None:
         "load_start": load_start,
         "load_end": [round(v, 2) for v in os.getloadavg()],
         "repeats": args.repeats,
+        "schedule": "all 30 slots p = 0.5, mid-range magnitudes" if args.policy is None else f"{args.policy}, epoch {args.epoch}",
+        "ops_per_image": ops_per_image(chosen_schedule(args)),
         "batch_size": args.batch_size,
         "per_image": per_image,
         "results": results,

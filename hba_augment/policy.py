@@ -14,7 +14,8 @@ from torchvision.transforms import InterpolationMode
 
 from . import pretrained
 from .functional import augment
-from .functional._validation import interpolation_mode
+from .functional._augment import augment_drawn, draw_one
+from .functional._validation import fill_levels, interpolation_mode
 from .schedule import Schedule, _check_int
 
 __all__ = ["HBAPolicy"]
@@ -231,12 +232,25 @@ class HBAPolicy(torch.nn.Module):
 
     def _augment_image(self, img: Tensor | PIL.Image.Image, generator: torch.Generator | None) -> Any:
         if isinstance(img, PIL.Image.Image):
-            if img.mode not in _PIL_MODES:
-                raise ValueError(f"PIL images must have mode 'L' or 'RGB', got {img.mode!r}; convert them first")
-            return _batch_to_pil(self._augment_batch(_pil_to_batch(img), generator), img.mode)
+            return self._augment_pil(img, generator)
         if isinstance(img, tv_tensors.Image):
             return tv_tensors.wrap(self._augment_tensor(img.as_subclass(Tensor), generator), like=img)
         return self._augment_tensor(img, generator)
+
+    def _augment_pil(self, img: PIL.Image.Image, generator: torch.Generator | None) -> PIL.Image.Image:
+        if img.mode not in _PIL_MODES:
+            raise ValueError(f"PIL images must have mode 'L' or 'RGB', got {img.mode!r}; convert them first")
+        # The template first: an image that draws no op (often most of them early in a schedule) is
+        # copied as it is, without the conversions to a tensor and back. Same draws as the tensor path.
+        prob, mag = self.policy_at("cpu")
+        drawn = draw_one(prob, mag, self.schedule.count_probs, generator=generator)
+        if not drawn.entries:
+            fill_levels(self.fill, len(img.getbands()), True, torch.device("cpu"), torch.float32)  # reports a bad fill
+            return img.copy()
+        out = augment_drawn(
+            _pil_to_batch(img), drawn, fill=self.fill, interpolation=self.interpolation, generator=generator
+        )
+        return _batch_to_pil(out, img.mode)
 
     def _augment_tensor(self, img: Tensor, generator: torch.Generator | None) -> Tensor:
         if img.ndim < 3:

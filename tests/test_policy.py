@@ -333,6 +333,23 @@ def test_pil_rgb_and_l(size):
     assert np.array_equal(np.asarray(out), rotate(x).permute(1, 2, 0).numpy())
 
 
+@pytest.mark.parametrize("size", [32, 64])
+def test_pil_and_tensor_images_draw_alike(size, cifar_images):
+    # PIL images draw their template before conversion (to skip it when no op applies): the same draws,
+    # hence the same results, as their tensor twins; Cutout's centres included.
+    policy = HBAPolicy(rich_schedule())
+    x = cifar_images[:40].repeat_interleave(size // 32, -1).repeat_interleave(size // 32, -2)
+    pils = [T.functional.to_pil_image(image) for image in x]
+    torch.manual_seed(7)
+    from_pil = [policy(image) for image in pils]
+    torch.manual_seed(7)
+    from_tensor = [policy(image) for image in x]
+    for image, out, expected in zip(pils, from_pil, from_tensor, strict=True):
+        assert out is not image
+        assert np.array_equal(np.asarray(out), expected.permute(1, 2, 0).numpy())
+    assert 0 < sum(not torch.equal(o, i) for o, i in zip(from_tensor, x, strict=True)) < len(x)
+
+
 @pytest.mark.parametrize("shape", [(3, 5, 7), (1, 5, 7), (4, 3, 5, 7), (2, 3, 1, 5, 7), (0, 3, 5, 7)])
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32, torch.float64])
 def test_tensor_shapes_and_dtypes(shape, dtype):
@@ -607,6 +624,10 @@ def test_bad_fill_for_the_image_is_reported():
         policy(images(2))  # 3 channels, 2 fill values
     with pytest.raises(ValueError, match="fill"):
         HBAPolicy(INVERT_ALL, fill=128)(images(2).float() / 255)  # float images use [0, 1]
+    # Also when the image draws no op (a PIL image is then copied without conversion).
+    for schedule_ in (INVERT_ALL, IDENTITY):
+        with pytest.raises(ValueError, match="fill"):
+            HBAPolicy(schedule_, fill=[1, 2, 3])(T.functional.to_pil_image(images(1, c=1)[0]))
 
 
 def test_no_input():

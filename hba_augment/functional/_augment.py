@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import weakref
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -24,7 +25,7 @@ from ._validation import (
     to_levels,
 )
 
-__all__ = ["DEFAULT_COUNT_PROBS", "NUM_COPIES", "augment", "check_count_probs"]
+__all__ = ["DEFAULT_COUNT_PROBS", "NUM_COPIES", "Drawn", "augment", "augment_drawn", "check_count_probs", "draw_one"]
 
 #: Distribution of K, the largest number of ops applied to one image (PBA's default).
 DEFAULT_COUNT_PROBS: tuple[float, ...] = (0.2, 0.3, 0.5)
@@ -366,16 +367,27 @@ def _augment_one(
     edges: tuple[float, ...],
     ctx: KernelContext,
 ) -> Tensor:
-    """:func:`augment` for a single image (``batch`` is ``(1, C, H, W)``), the per-image transform's case.
+    """:func:`augment` for a single image (``batch`` is ``(1, C, H, W)``), the per-image transform's case:
+    :func:`_draw_one`, then :func:`_apply_drawn`."""
+    entries = _draw_one(policy, edges, ctx.generator, batch.device)
+    if not entries:
+        return images.clone()
+    return _apply_drawn(images, batch, unbatched, policy, entries, ctx)
 
-    The same template, the same draws (one ``torch.rand`` of 31 + steps values, used exactly as
-    :func:`_sample` uses a row) and the same kernels as a batch, but the draws are read on the host at
-    once (the batch path's one synchronisation) and the ops are picked in plain Python: for one image the
-    batch path's grouping costs several times more than the ops themselves.
+
+def _draw_one(
+    policy: _Policy, edges: tuple[float, ...], generator: torch.Generator | None, device: torch.device
+) -> list[int]:
+    """The template for one image: the magnitude-table entries (``slot + 30 * flip``) of the ops it applies,
+    in order.
+
+    The same draws as a batch row (one ``torch.rand`` of 31 + steps values, used exactly as :func:`_sample`
+    uses them), read on the host at once (the batch path's one synchronisation), the ops picked in plain
+    Python: for one image the batch path's grouping costs several times more than the ops themselves.
     """
-    probs, magnitudes = _single_policy(policy)
+    probs = _single_policy(policy)[0]
     steps = len(edges)
-    u = torch.rand(_SLOTS + 1 + steps, generator=ctx.generator, device=batch.device)
+    u = torch.rand(_SLOTS + 1 + steps, generator=generator, device=device)
     u = u.numpy() if u.device.type == "cpu" else u.cpu().numpy()
     # The keys of _sample, in float32 as there: v / p, inf or NaN for p = 0 (numpy sorts NaN last, as
     # topk does).
@@ -386,12 +398,18 @@ def _augment_one(
     for j, slot in enumerate(np.argsort(keys, kind="stable")[:steps].tolist()):
         if keys[slot] < 1.0 and count >= edges[j]:
             entries.append(slot + _SLOTS if u[_SLOTS + 1 + j] < 0.5 else slot)
-    if not entries:
-        return images.clone()
+    return entries
+
+
+def _apply_drawn(
+    images: Tensor, batch: Tensor, unbatched: bool, policy: _Policy, entries: list[int], ctx: KernelContext
+) -> Tensor:
+    """Apply the ops of :func:`_draw_one`'s ``entries`` to one image, ``batch`` ``(1, C, H, W)``."""
     _, _, h, w = batch.shape
     # As in augment: uint8 stays uint8 while the ops take it, in a contiguous layout (kernels on a
     # channels-last image, as a PIL image arrives, copy it in every op: 1.5x the time at 224x224).
     # Kernels never write to their input.
+    magnitudes = _single_policy(policy)[1]
     levels = batch.contiguous() if ctx.quantize else to_levels(batch)
     for entry in entries:
         spec = OPS[entry % _SLOTS % NUM_OPS]
@@ -408,6 +426,57 @@ def _augment_one(
         else:
             levels = spec.kernel(levels, magnitudes[entry], ctx)
     return _result(levels, images.dtype, _layout(batch), unbatched)
+
+
+class Drawn(NamedTuple):
+    """One image's template, drawn before its pixels are needed (see :func:`draw_one`)."""
+
+    policy: _Policy
+    entries: list[int]
+
+
+def draw_one(
+    prob: Tensor,
+    mag: Tensor,
+    count_probs: Sequence[float] = DEFAULT_COUNT_PROBS,
+    *,
+    generator: torch.Generator | None = None,
+    device: torch.device | str = "cpu",
+) -> Drawn:
+    """Draw one image's template: ``augment(image, prob, mag, count_probs, generator=generator)`` is
+    ``augment_drawn(image, draw_one(prob, mag, count_probs, generator=generator, device=image.device))``,
+    draws included. Lets a caller skip converting an image (a PIL image, say) that draws no op
+    (``not drawn.entries``). ``prob`` and ``mag``: ``(2, 15)``, as for :func:`augment`."""
+    device = torch.device(device)
+    policy = _checked_policy(prob, mag, 1, device)
+    edge_values = _count_edges(tuple(check_count_probs(count_probs)), device)[1]
+    return Drawn(policy, _draw_one(policy, edge_values, generator, device) if edge_values else [])
+
+
+def augment_drawn(
+    images: Tensor,
+    drawn: Drawn,
+    *,
+    fill: Fill = None,
+    interpolation: InterpolationMode = InterpolationMode.NEAREST,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Apply a template from :func:`draw_one` to one image, ``(1, C, H, W)`` or ``(C, H, W)``, on the
+    device it was drawn for; ``fill``, ``interpolation`` and ``generator`` (Cutout's centres) as for
+    :func:`augment`. Returns a new tensor."""
+    batch, unbatched = check_images(images)
+    if batch.shape[0] != 1:
+        raise ValueError(f"augment_drawn takes one image, got a batch of {batch.shape[0]}")
+    uint8 = images.dtype == torch.uint8
+    ctx = KernelContext(
+        quantize=uint8,
+        fill=fill_levels(fill, batch.shape[1], uint8, batch.device, compute_dtype(images.dtype)),
+        mode=interpolation_mode(interpolation),
+        generator=generator,
+    )
+    if not drawn.entries:
+        return images.clone()
+    return _apply_drawn(images, batch, unbatched, drawn.policy, drawn.entries, ctx)
 
 
 def _single_policy(policy: _Policy) -> tuple[np.ndarray, tuple[Tensor, ...]]:
