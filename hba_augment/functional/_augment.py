@@ -18,10 +18,8 @@ from ._table import NUM_OPS, OPS, OpSpec
 from ._validation import (
     Fill,
     check_images,
-    compute_dtype,
-    fill_levels,
     from_levels,
-    interpolation_mode,
+    kernel_context,
     to_levels,
 )
 
@@ -257,7 +255,7 @@ def augment(
             ``count_probs``, ``fill`` or ``interpolation``.
     """
     batch, unbatched = check_images(images)
-    b, c = batch.shape[:2]
+    b = batch.shape[0]
     device = batch.device
     try:
         edges, edge_values = _count_edges(count_probs, device)  # cached per distinct tuple
@@ -265,13 +263,7 @@ def augment(
         edges, edge_values = _count_edges(check_count_probs(count_probs), device)
     steps = len(edge_values)
     policy = _checked_policy(prob, mag, b, device)
-    uint8 = images.dtype == torch.uint8
-    ctx = KernelContext(
-        quantize=uint8,
-        fill=fill_levels(fill, c, uint8, device, compute_dtype(images.dtype)),
-        mode=interpolation_mode(interpolation),
-        generator=generator,
-    )
+    ctx = kernel_context(batch, fill, interpolation, generator)
     if b == 0 or steps == 0:
         return images.clone()
     if b == 1:
@@ -467,13 +459,7 @@ def augment_drawn(
     batch, unbatched = check_images(images)
     if batch.shape[0] != 1:
         raise ValueError(f"augment_drawn takes one image, got a batch of {batch.shape[0]}")
-    uint8 = images.dtype == torch.uint8
-    ctx = KernelContext(
-        quantize=uint8,
-        fill=fill_levels(fill, batch.shape[1], uint8, batch.device, compute_dtype(images.dtype)),
-        mode=interpolation_mode(interpolation),
-        generator=generator,
-    )
+    ctx = kernel_context(batch, fill, interpolation, generator)
     if not drawn.entries:
         return images.clone()
     return _apply_drawn(images, batch, unbatched, drawn.policy, drawn.entries, ctx)

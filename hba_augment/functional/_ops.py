@@ -6,16 +6,13 @@ import torch
 from torch import Tensor
 from torchvision.transforms import InterpolationMode
 
-from ._kernels import KernelContext
 from ._table import OPS, op_index
 from ._validation import (
     Fill,
     check_images,
     check_magnitude,
-    compute_dtype,
-    fill_levels,
     from_levels,
-    interpolation_mode,
+    kernel_context,
     to_levels,
 )
 
@@ -72,16 +69,10 @@ def apply_op(
     spec = OPS[op_index(op)]
     batch, unbatched = check_images(images)
     values = check_magnitude(spec, magnitude, batch.shape[0], batch.device)
-    uint8 = images.dtype == torch.uint8
-    ctx = KernelContext(
-        quantize=uint8,
-        fill=fill_levels(fill, batch.shape[1], uint8, batch.device, compute_dtype(images.dtype)),
-        mode=interpolation_mode(interpolation),
-        generator=generator,
-    )
+    ctx = kernel_context(batch, fill, interpolation, generator)
     if batch.shape[0] == 0:
         out = batch.clone()
-    elif uint8 and spec.takes_uint8(ctx.mode):
+    elif ctx.quantize and spec.takes_uint8(ctx.mode):
         out = spec.kernel(batch, values, ctx)  # uint8 levels in and out (OpSpec.integer)
     else:
         out = from_levels(spec.kernel(to_levels(batch), values, ctx), images.dtype)

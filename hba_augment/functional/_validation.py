@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 from torchvision.transforms import InterpolationMode
 
+from ._kernels import KernelContext
 from ._table import OpSpec
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "fill_levels",
     "from_levels",
     "interpolation_mode",
+    "kernel_context",
     "to_levels",
 ]
 
@@ -119,6 +121,20 @@ def fill_levels(
         return None
     scale = 1.0 if uint8 else 255.0
     return torch.tensor(values, dtype=dtype, device=device).mul_(scale).view(1, channels, 1, 1)
+
+
+def kernel_context(
+    batch: Tensor, fill: Fill, interpolation: InterpolationMode | str, generator: torch.Generator | None
+) -> KernelContext:
+    """Validate ``fill`` and ``interpolation`` for the ``(B, C, H, W)`` images ``batch`` and return the
+    kernels' context (quantize mode for uint8 images)."""
+    uint8 = batch.dtype == torch.uint8
+    return KernelContext(
+        quantize=uint8,
+        fill=fill_levels(fill, batch.shape[1], uint8, batch.device, compute_dtype(batch.dtype)),
+        mode=interpolation_mode(interpolation),
+        generator=generator,
+    )
 
 
 def _range_text(spec: OpSpec) -> str:
