@@ -18,6 +18,7 @@ from ._table import NUM_OPS, OPS, OpSpec
 from ._validation import (
     Fill,
     check_images,
+    compute_dtype,
     from_levels,
     kernel_context,
     to_levels,
@@ -292,7 +293,9 @@ _CHUNK_BYTES = 4 << 20
 def _chunk_size(batch: Tensor) -> int:
     """How many images :func:`augment` processes at once: all of them, except on CPU for large batches."""
     b, c, h, w = batch.shape
-    image_bytes = c * h * w * (1 if batch.dtype == torch.uint8 else 4)
+    # uint8 images stay uint8; float ones become float32 (float64) levels.
+    level_bytes = 1 if batch.dtype == torch.uint8 else compute_dtype(batch.dtype).itemsize
+    image_bytes = c * h * w * level_bytes
     if batch.device.type != "cpu" or b * image_bytes <= 2 * _CHUNK_BYTES:
         return b
     return max(1, _CHUNK_BYTES // image_bytes)
@@ -301,8 +304,9 @@ def _chunk_size(batch: Tensor) -> int:
 def _augment_batch(
     batch: Tensor, policy: _Policy, edges: Tensor, ctx: KernelContext, out: Tensor | None = None
 ) -> Tensor:
-    """:func:`augment` for a ``(B, C, H, W)`` batch, B >= 2; the result in a new tensor, or written into
-    ``out`` (contiguous, the batch's shape and dtype), which uint8 images are then augmented in."""
+    """:func:`augment` for a ``(B, C, H, W)`` batch (a part of one may hold a single image); the result in a
+    new tensor, or written into ``out`` (contiguous, the batch's shape and dtype), which uint8 images are
+    then augmented in."""
     b, _, h, w = batch.shape
     steps = len(edges)
     code, magnitude = _sample(policy, edges, steps, b, ctx.generator)
