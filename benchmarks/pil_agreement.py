@@ -8,8 +8,8 @@ tests/test_ops_pil.py) and is listed as such.
 
 Conventions (as tests/test_ops_pil.py): TranslateX m is PIL ``AFFINE (1, 0, round(m W), 0, 1, 0)`` (the
 TF/PBA reference: positive m moves the content left), Rotate m is ``rotate(m)`` (counter-clockwise),
-Posterize m keeps ``round(m)`` bits (0 bits: black, through PIL's former lookup table since Pillow 11
-refuses ``posterize(img, 0)``).
+Solarize m (a strength, SPEC section 1) is ``solarize(img, 256 - m)``, Posterize m keeps ``8 - round(m)``
+bits (m = 8, 0 bits: black, through PIL's former lookup table since Pillow 11 refuses ``posterize(img, 0)``).
 
 Usage::
 
@@ -74,8 +74,8 @@ PIL_REFERENCE = {
     "AutoContrast": lambda img, m: ImageOps.autocontrast(img),
     "Invert": lambda img, m: ImageOps.invert(img),
     "Equalize": lambda img, m: ImageOps.equalize(img),
-    "Solarize": lambda img, m: ImageOps.solarize(img, m),
-    "Posterize": lambda img, m: _posterize(img, round(m)),
+    "Solarize": lambda img, m: ImageOps.solarize(img, 256 - m),
+    "Posterize": lambda img, m: _posterize(img, 8 - round(m)),
     "Contrast": lambda img, m: ImageEnhance.Contrast(img).enhance(m),
     "Color": lambda img, m: ImageEnhance.Color(img).enhance(m),
     "Brightness": lambda img, m: ImageEnhance.Brightness(img).enhance(m),

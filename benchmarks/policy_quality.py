@@ -2,7 +2,9 @@
 
 Every run is one ``hba-augment train`` process (the exact command is recorded per run), so a run can be
 repeated alone, and an interrupted benchmark continues where it stopped (finished runs are reused,
-unfinished ones resume from their checkpoint). Writes ``OUT/policy_quality.md`` (a table of test error
+unfinished ones resume from their checkpoint). Each finished run writes its result to
+``OUT/results/<policy>-seed<N>.json`` at once: commit those files as they appear, and a later invocation,
+on this machine or a fresh clone elsewhere, reuses them instead of training again. Writes ``OUT/policy_quality.md`` (a table of test error
 mean +- sample std over the seeds, and wall time per policy, under a header with the command, git commit,
 machine, torch version and date) and ``OUT/policy_quality.json`` (everything, per run); the runs' own
 folders go to ``OUT/runs/`` (git-ignored).
@@ -141,16 +143,33 @@ def _check_hba(schedule: str) -> None:
                          "out of --policies.") from None
 
 
-def _run_one(cmd: list[str], out: Path, env: dict[str, str], label: str) -> dict[str, Any]:
-    result_file = out / "result.json"
-    expected = {"policy": cmd[cmd.index("--policy") + 1], "seed": int(cmd[cmd.index("--seed") + 1])}
-    if result_file.exists():
-        result = json.loads(result_file.read_text())
-        if all(result["config"].get(k) == v for k, v in expected.items()) and result["config"].get(
-                "command") == shlex.join(["hba-augment", *cmd[3:]]):
-            wall_file = out / "bench_wall.json"
-            wall = json.loads(wall_file.read_text())["wall_seconds"] if wall_file.exists() else None
-            return {"result": result, "wall_seconds": wall, "reused": True}
+def _run_key(cmd: list[str]) -> list[str]:
+    """What defines a run's result: its ``hba-augment train`` arguments without the machine-specific ones
+    (interpreter, data location, output folder), so that a result committed on one machine is reused on
+    another."""
+    key, skip = [], False
+    for arg in cmd[3:]:
+        if skip:
+            skip = False
+        elif arg in ("--data-dir", "--out"):
+            skip = True
+        else:
+            key.append(arg)
+    return key
+
+
+def _run_one(cmd: list[str], out: Path, record: Path, env: dict[str, str], label: str) -> dict[str, Any]:
+    """Run one training (or reuse its result) and return ``{"result", "wall_seconds", "reused"}``.
+
+    ``record`` is the run's small result file, meant to be committed as soon as it exists: a later
+    invocation, on this machine or a fresh one, reuses it instead of training again. ``out`` holds the
+    run's checkpoint and log (not committed), so an interrupted run resumes on the same machine.
+    """
+    key = _run_key(cmd)
+    if record.exists():
+        saved = json.loads(record.read_text(encoding="utf-8"))
+        if saved.get("key") == key:
+            return {"result": saved["result"], "wall_seconds": saved["wall_seconds"], "reused": True}
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with open(out / "log.txt", "a", encoding="utf-8") as log:
@@ -161,8 +180,14 @@ def _run_one(cmd: list[str], out: Path, env: dict[str, str], label: str) -> dict
     if proc.returncode != 0:
         tail = (out / "log.txt").read_text(encoding="utf-8").splitlines()[-5:]
         raise RuntimeError(f"{label} failed (exit {proc.returncode}); see {out / 'log.txt'}:\n" + "\n".join(tail))
-    (out / "bench_wall.json").write_text(json.dumps({"wall_seconds": wall}) + "\n", encoding="utf-8")
-    return {"result": json.loads(result_file.read_text()), "wall_seconds": wall, "reused": False}
+    result = json.loads((out / "result.json").read_text(encoding="utf-8"))
+    record.parent.mkdir(parents=True, exist_ok=True)
+    # Resumed runs count only this invocation's wall time; the trainer's own wall_seconds covers all.
+    text = json.dumps({"key": key, "wall_seconds": wall, "result": result}, indent=1) + "\n"
+    tmp = record.with_suffix(".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, record)
+    return {"result": result, "wall_seconds": wall, "reused": False}
 
 
 def _fmt(values: list[float], digits: int = 2) -> str:
@@ -179,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     out = Path(args.out).resolve()
     runs_dir = out / "runs"
+    records_dir = out / "results"
     if "hba" in args.policies:
         _check_hba(args.hba)
     started = datetime.datetime.now(datetime.timezone.utc)
@@ -213,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     bench_start = time.perf_counter()
     done = 0
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {pool.submit(_run_one, cmd, run_out, env, f"{pol} seed {seed}"): (policy, pol, seed, cmd)
+        futures = {pool.submit(_run_one, cmd, run_out, records_dir / f"{run_out.name}.json", env,
+                               f"{pol} seed {seed}"): (policy, pol, seed, cmd)
                    for policy, pol, seed, run_out, cmd in jobs}
         for future in concurrent.futures.as_completed(futures):
             policy, pol, seed, cmd = futures[future]

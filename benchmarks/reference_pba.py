@@ -9,7 +9,8 @@ implementation (``benchmarks/throughput.py``) and to check that both draw the sa
 
 Op conventions, identical to ``tests/test_ops_pil.py``: ShearX ``AFFINE (1, s, 0, 0, 1, 0)``, TranslateX
 ``AFFINE (1, 0, round(m W), 0, 1, 0)`` (positive m moves the content left, as PBA), Rotate
-``rotate(m)`` (counter-clockwise), Posterize keeps ``round(m)`` bits (0 bits: black), Cutout paints a
+``rotate(m)`` (counter-clockwise), Solarize ``solarize(256 - m)``, Posterize keeps ``8 - round(m)`` bits
+(strengths, SPEC section 1: 0 changes nothing, Posterize 8 gives black), Cutout paints a
 ``round(m H) x round(m W)`` patch centred on a uniformly drawn pixel, clipped at the borders.
 
 Usage::
@@ -72,8 +73,8 @@ PIL_OPS: dict[str, PilOp] = {
     "AutoContrast": lambda img, m, fill, rng: ImageOps.autocontrast(img),
     "Invert": lambda img, m, fill, rng: ImageOps.invert(img),
     "Equalize": lambda img, m, fill, rng: ImageOps.equalize(img),
-    "Solarize": lambda img, m, fill, rng: ImageOps.solarize(img, m),
-    "Posterize": lambda img, m, fill, rng: _posterize(img, round(m)),
+    "Solarize": lambda img, m, fill, rng: ImageOps.solarize(img, 256 - m),
+    "Posterize": lambda img, m, fill, rng: _posterize(img, 8 - round(m)),
     "Contrast": lambda img, m, fill, rng: ImageEnhance.Contrast(img).enhance(m),
     "Color": lambda img, m, fill, rng: ImageEnhance.Color(img).enhance(m),
     "Brightness": lambda img, m, fill, rng: ImageEnhance.Brightness(img).enhance(m),

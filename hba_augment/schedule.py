@@ -13,6 +13,7 @@ import math
 import numbers
 import operator
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,13 @@ from .functional._table import NUM_OPS, OP_NAMES, OPS
 __all__ = ["Schedule"]
 
 FORMAT = "hba-schedule"
-VERSION = 1
+#: The format version this package writes. Version 2 holds Solarize and Posterize as strengths (SPEC
+#: section 1); version 1 held PIL's raw threshold and bit count, and is converted on load.
+VERSION = 2
+#: Versions :meth:`Schedule.from_dict` reads.
+READABLE_VERSIONS = (1, 2)
+_SOLARIZE = OP_NAMES.index("Solarize")
+_POSTERIZE = OP_NAMES.index("Posterize")
 NUM_COPIES = 2
 #: Distribution of the number K of ops applied per image (SPEC section 2): P(K=0), P(K=1), P(K=2).
 DEFAULT_COUNT_PROBS: tuple[float, ...] = (0.2, 0.3, 0.5)
@@ -140,6 +147,20 @@ def _check_mag(mag: np.ndarray) -> None:
             f"{_slot('mag', s, c, k)} = {float(mag[s, c, k])!r} is outside {OP_NAMES[k]}'s range [{_LOW[k]}, {_HIGH[k]}] "
             "(schedules store unsigned magnitudes; the sign is drawn when the op is applied)"
         )
+
+
+def _strengths_from_version_1(mag: np.ndarray) -> np.ndarray:
+    """Version-1 magnitudes ``(S, 2, 15)`` with Solarize and Posterize as version-2 strengths.
+
+    Posterize: ``8 - bits`` keeps exactly the same bits (``round(8 - b) = 8 - round(b)`` under
+    round-half-to-even, 8 being even). Solarize: ``256 - t`` inverts exactly the same levels for every
+    threshold ``t >= 1``; a threshold below 1 also inverted level 0, which no strength in [0, 255] does, and
+    becomes 255 (the nearest: every level but 0 inverted).
+    """
+    mag = mag.copy()
+    mag[:, :, _POSTERIZE] = 8.0 - mag[:, :, _POSTERIZE]
+    mag[:, :, _SOLARIZE] = np.minimum(256.0 - mag[:, :, _SOLARIZE], 255.0)
+    return mag
 
 
 def _round(x: float) -> float:
@@ -274,8 +295,11 @@ class Schedule:
         if data["format"] != FORMAT:
             raise ValueError(f"format must be {FORMAT!r}, got {data['format']!r}")
         version = data["version"]
-        if isinstance(version, bool) or version != VERSION:
-            raise ValueError(f"version must be {VERSION}, got {version!r} (this hba_augment reads version {VERSION})")
+        if isinstance(version, bool) or version not in READABLE_VERSIONS:
+            raise ValueError(
+                f"version must be one of {list(READABLE_VERSIONS)}, got {version!r} (this hba_augment reads "
+                f"versions {list(READABLE_VERSIONS)} and writes version {VERSION})"
+            )
         if not isinstance(data["name"], str) or not data["name"].strip():
             raise ValueError(f"name must be a non-empty string, got {data['name']!r}")
         if data["ops"] != list(OP_NAMES):
@@ -315,6 +339,18 @@ class Schedule:
         provenance = data.get("provenance", {})
         if not isinstance(provenance, dict):
             raise ValueError(f"provenance must be an object, got {type(provenance).__name__}")
+        if version == 1:
+            # Validate the file as written (its own ranges are the same), then convert.
+            cls(prob, mag, name=data["name"], count_probs=data["count_probs"], provenance=provenance)
+            mag = _strengths_from_version_1(mag)
+            provenance = {**provenance, "converted_from_version": 1}
+            warnings.warn(
+                f"schedule {data['name']!r} is in format version 1 (Solarize threshold, Posterize bits); it was "
+                f"converted to version {VERSION} strengths (Solarize 256 - threshold, Posterize 8 - bits). "
+                "Save it again to write version 2.",
+                UserWarning,
+                stacklevel=2,
+            )
         return cls(prob, mag, name=data["name"], count_probs=data["count_probs"], provenance=provenance)
 
     @classmethod

@@ -91,8 +91,8 @@ PIL_REFERENCE = {
     "AutoContrast": lambda img, m, fc: ImageOps.autocontrast(img),
     "Invert": lambda img, m, fc: ImageOps.invert(img),
     "Equalize": lambda img, m, fc: ImageOps.equalize(img),
-    "Solarize": lambda img, m, fc: ImageOps.solarize(img, m),
-    "Posterize": lambda img, m, fc: _posterize(img, round(m)),
+    "Solarize": lambda img, m, fc: ImageOps.solarize(img, 256 - m),
+    "Posterize": lambda img, m, fc: _posterize(img, 8 - round(m)),
     "Contrast": lambda img, m, fc: ImageEnhance.Contrast(img).enhance(m),
     "Color": lambda img, m, fc: ImageEnhance.Color(img).enhance(m),
     "Brightness": lambda img, m, fc: ImageEnhance.Brightness(img).enhance(m),
@@ -359,21 +359,35 @@ class TestSolarize(_PILCase):
     OP, FUNC, KIND = "Solarize", "solarize", "exact"
     MAGNITUDES = (0.0, 1.0, 64.0, 127.5, 128.0, 200.0, 255.0)
 
-    @pytest.mark.parametrize("threshold", [0, 1, 100, 127.5, 128, 254.5, 255])
-    def test_all_levels(self, threshold):
+    # Strength m inverts the levels >= 256 - m (SPEC section 1): 0 none, 255 all but level 0.
+    @pytest.mark.parametrize("strength", [0, 0.5, 1, 100, 127.5, 128, 254.5, 255])
+    def test_all_levels(self, strength):
         image = torch.arange(256, dtype=torch.uint8).reshape(1, 16, 16)
-        assert_exact(self.OP, threshold, apply_op(image[None], self.OP, threshold), pil_apply(image[None], self.OP, threshold))
+        assert_exact(self.OP, strength, apply_op(image[None], self.OP, strength), pil_apply(image[None], self.OP, strength))
+
+    def test_strength_counts_inverted_levels(self):
+        image = torch.arange(256, dtype=torch.uint8).reshape(1, 1, 16, 16)
+        for strength in (0, 1, 56, 255):
+            changed = int((apply_op(image, self.OP, float(strength)) != image).sum())
+            assert changed == strength  # the levels 256 - m .. 255 (255 - x == x for no whole level)
 
 
 class TestPosterize(_PILCase):
     OP, FUNC, KIND = "Posterize", "posterize", "exact"
-    # Non-integer bits are rounded (3.4 -> 3, 5.6 -> 6); 0 bits give black.
-    MAGNITUDES = (0, 1, 2, 3.4, 4, 5.6, 7, 8)
+    # Strength m keeps 8 - round(m) bits (2.6 -> 5 bits, 4.4 -> 4); 0 changes nothing, 8 gives black.
+    MAGNITUDES = (0, 1, 2.6, 4, 4.4, 6, 7, 8)
 
-    @pytest.mark.parametrize("bits", [0, 1, 3, 6, 8])
-    def test_all_levels(self, bits):
+    @pytest.mark.parametrize("strength", [0, 2, 5, 7, 8])
+    def test_all_levels(self, strength):
         image = torch.arange(256, dtype=torch.uint8).reshape(1, 1, 16, 16)
-        assert_exact(self.OP, bits, apply_op(image, self.OP, bits), pil_apply(image, self.OP, bits))
+        assert_exact(self.OP, strength, apply_op(image, self.OP, strength), pil_apply(image, self.OP, strength))
+
+    def test_ends(self):
+        image = torch.arange(256, dtype=torch.uint8).reshape(1, 1, 16, 16)
+        assert torch.equal(apply_op(image, self.OP, 0.0), image)
+        assert not apply_op(image, self.OP, 8.0).any()
+
+
 
 
 _BLEND_MAGNITUDES = (0.1, 0.5, 0.93, 1.0, 1.37, 1.9)

@@ -55,7 +55,7 @@ IDENTITY = schedule(name="identity")
 
 def images(n: int, c: int = 3, size: int = 8, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
-    # 1..254 so that Invert and Posterize(0) change every image
+    # 1..254 so that Invert and Posterize(8) change every image
     return torch.randint(1, 255, (n, c, size, size), dtype=torch.uint8, generator=g)
 
 
@@ -69,7 +69,7 @@ N = 3000  # standard error of a fraction near 0.8: sqrt(0.16 / 3000) = 0.0073
 
 @pytest.mark.parametrize(
     ("copy_", "op", "m"),
-    [(0, "Invert", None), (1, "Invert", None), (0, "Posterize", 0.0), (1, "Rotate", 30.0), (0, "Brightness", 1.9)],
+    [(0, "Invert", None), (1, "Invert", None), (0, "Posterize", 8.0), (1, "Rotate", 30.0), (0, "Brightness", 1.9)],
 )
 def test_single_certain_slot_fires_on_80_percent(copy_, op, m):
     # With count_probs (0.2, 0.3, 0.5), the slot is applied whenever K >= 1: P = 0.8.

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -190,11 +191,80 @@ def test_range_ends_are_valid():
 def test_dict_round_trip_is_exact():
     s = make_schedule(epochs=4)
     d = s.to_dict()
-    assert d["format"] == "hba-schedule" and d["version"] == 1
+    assert d["format"] == "hba-schedule" and d["version"] == 2
     assert d["ops"] == list(OP_NAMES) and d["epochs"] == 4 and len(d["entries"]) == 4
     assert [e["epoch"] for e in d["entries"]] == [0, 1, 2, 3]
     assert all(d["entries"][0]["mag"][c][k] is None for c in range(2) for k in NO_MAG)
     assert Schedule.from_dict(json.loads(json.dumps(d))) == s
+
+
+# ---------------------------------------------------------------------------------------- format version 1
+SOLARIZE = OP_NAMES.index("Solarize")
+POSTERIZE = OP_NAMES.index("Posterize")
+
+
+def _version_1(d: dict, solarize: list[float], posterize: list[float]) -> dict:
+    """``d`` as a version-1 file whose copy-0/copy-1 Solarize thresholds and Posterize bits are given."""
+    d = copy.deepcopy(d)
+    d["version"] = 1
+    for entry in d["entries"]:
+        for c in range(2):
+            entry["mag"][c][SOLARIZE] = solarize[c]
+            entry["mag"][c][POSTERIZE] = posterize[c]
+    return d
+
+
+@pytest.mark.parametrize(("threshold", "strength"), [(0, 255), (0.5, 255), (1, 255), (13, 243), (128, 128), (255, 1)])
+@pytest.mark.parametrize(("bits", "posterize_strength"), [(0, 8), (0.4, 7.6), (2.5, 5.5), (8, 0)])
+def test_version_1_converts_to_strengths(valid_dict, threshold, strength, bits, posterize_strength):
+    d1 = _version_1(valid_dict, [threshold, 200.0], [bits, 4.0])
+    with pytest.warns(UserWarning, match=r"format version 1 .* converted to version 2 strengths"):
+        s = Schedule.from_dict(d1)
+    assert s.mag[:, 0, SOLARIZE] == pytest.approx(strength) and s.mag[:, 1, SOLARIZE] == pytest.approx(56.0)
+    assert s.mag[:, 0, POSTERIZE] == pytest.approx(posterize_strength) and s.mag[:, 1, POSTERIZE] == pytest.approx(4.0)
+    others = [k for k in range(NUM_OPS) if k not in (SOLARIZE, POSTERIZE)]
+    np.testing.assert_array_equal(s.prob, Schedule.from_dict(valid_dict).prob)
+    np.testing.assert_array_equal(s.mag[:, :, others], Schedule.from_dict(valid_dict).mag[:, :, others])
+    assert s.provenance["converted_from_version"] == 1
+    assert s.to_dict()["version"] == 2
+
+
+@pytest.mark.parametrize("threshold", [1, 13, 100, 127.5, 200, 255])
+@pytest.mark.parametrize("bits", [0, 1, 2.5, 3.4, 5.5, 8])
+def test_version_1_conversion_applies_the_same_ops(valid_dict, threshold, bits):
+    """A converted schedule changes pixels exactly as the version-1 file did under its own convention."""
+    from PIL import Image, ImageOps
+
+    from hba_augment.functional import apply_op
+
+    with pytest.warns(UserWarning):
+        s = Schedule.from_dict(_version_1(valid_dict, [threshold, threshold], [bits, bits]))
+    ramp = torch.arange(256, dtype=torch.uint8).reshape(1, 1, 16, 16)
+    pil = Image.fromarray(ramp[0, 0].numpy())
+    kept = round(bits)
+    old_solarize = np.asarray(ImageOps.solarize(pil, threshold))
+    old_posterize = np.asarray(ImageOps.posterize(pil, kept) if kept else pil.point([0] * 256))
+    np.testing.assert_array_equal(apply_op(ramp, "Solarize", float(s.mag[0, 0, SOLARIZE]))[0, 0].numpy(), old_solarize)
+    np.testing.assert_array_equal(apply_op(ramp, "Posterize", float(s.mag[0, 0, POSTERIZE]))[0, 0].numpy(), old_posterize)
+
+
+def test_version_1_file_loads_and_resaves_as_version_2(tmp_path, valid_dict):
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(_version_1(valid_dict, [128, 128], [4, 4])))
+    with pytest.warns(UserWarning, match="old.json|version 1"):
+        s = Schedule.load(path)
+    s.save(tmp_path / "new.json")
+    assert json.loads((tmp_path / "new.json").read_text())["version"] == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a version-2 file loads without a warning
+        again = Schedule.load(tmp_path / "new.json")
+    assert again.provenance == s.provenance and again.provenance["converted_from_version"] == 1
+    np.testing.assert_allclose(again.mag, s.mag, rtol=1e-5)  # files hold 6 significant digits
+
+
+def test_version_1_file_is_validated_before_conversion(valid_dict):
+    with pytest.raises(ValueError, match=r"Solarize\) = 256.0 is outside"):
+        Schedule.from_dict(_version_1(valid_dict, [256, 0], [4, 4]))
 
 
 def test_save_load_round_trip(tmp_path):
@@ -283,9 +353,9 @@ def _call(fn):
 
 JSON_ERRORS = [
     (_set(["format"], "pba-schedule"), "format must be 'hba-schedule'"),
-    (_set(["version"], 2), "version must be 1, got 2"),
-    (_set(["version"], True), "version must be 1, got True"),
-    (_set(["version"], "1"), "version must be 1"),
+    (_set(["version"], 3), r"version must be one of \[1, 2\], got 3 \(this hba_augment reads"),
+    (_set(["version"], True), r"version must be one of \[1, 2\], got True"),
+    (_set(["version"], "2"), r"version must be one of \[1, 2\], got '2'"),
     (_set(["name"], ""), "name must be a non-empty string"),
     (_set(["name"], None), "name must be a non-empty string"),
     (_set(["ops"], list(reversed(OP_NAMES))), "ops must be the 15 op names in canonical order"),

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hba_augment.functional._table import MAGNITUDE_OPS, NUM_OPS, OPS
+from hba_augment.functional._table import MAGNITUDE_OPS, NUM_OPS, OP_NAMES, OPS
 from hba_augment.schedule import Schedule
 from hba_augment.search.hparams import (
     HPARAM_NAMES,
@@ -375,6 +375,23 @@ def test_init_hparams_is_five_percent_of_every_range():
             assert mag[:, k].tolist() == pytest.approx([0.95 * spec.low + 0.05 * spec.high] * 2)
         else:
             assert torch.isnan(mag[:, k]).all()
+
+
+def test_initial_policy_is_mild_on_real_images(cifar_images):
+    """SPEC section 1: the initial magnitudes of Solarize and Posterize (strengths) barely change an image.
+
+    With raw thresholds and bits (format version 1) the same initial values inverted 97% of the pixels and
+    turned images black.
+    """
+    from hba_augment.functional import apply_op
+
+    _, mag = hparams_to_policy(init_hparams())
+    images = cifar_images[:64]
+    posterized = apply_op(images, "Posterize", mag[0, OP_NAMES.index("Posterize")].expand(64))
+    assert torch.equal(posterized, images)  # strength 0.4 keeps all 8 bits
+    solarized = apply_op(images, "Solarize", mag[0, OP_NAMES.index("Solarize")].expand(64))
+    changed = (solarized != images).float().mean().item()
+    assert 0 < changed < 0.05  # only levels >= 244 are inverted
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -314,49 +314,60 @@ def invert(images: Tensor, magnitude: Tensor | None, ctx: KernelContext) -> Tens
     return 255 - images
 
 
-def _solarize(levels: Tensor, threshold: Tensor, quantize: bool) -> Tensor:
+def _threshold(strength: Tensor) -> Tensor:
+    """Solarize's strength ``m`` as PIL's threshold ``256 - m`` (SPEC section 1: 0 inverts nothing)."""
+    return 256.0 - strength
+
+
+def _bits(strength: Tensor) -> Tensor:
+    """Posterize's strength ``m`` as the number of kept bits ``8 - round(m)`` (0 keeps all 8)."""
+    return 8.0 - torch.round(strength)
+
+
+def _solarize(levels: Tensor, strength: Tensor, quantize: bool) -> Tensor:
     # Compare whole levels so that a float image's 127.99998 counts as level 128, as its uint8 twin.
     whole = levels if quantize else levels.round()
     # A whole level x is >= t iff x >= ceil(t), so this weight is exactly 1 there and 0 below: float
     # arithmetic instead of a boolean mask and where(), several times slower on CPUs.
-    inverted = (whole - _per_image(torch.ceil(threshold) - 1.0)).clamp_(0.0, 1.0)
+    inverted = (whole - _per_image(torch.ceil(_threshold(strength)) - 1.0)).clamp_(0.0, 1.0)
     return torch.lerp(levels, 255.0 - levels, inverted)
 
 
-def solarize_table(images: Tensor, threshold: Tensor, ctx: KernelContext) -> Tensor:
+def solarize_table(images: Tensor, strength: Tensor, ctx: KernelContext) -> Tensor:
     """The table of :func:`solarize`, ``(B, 1, 1, 256)``."""
-    return _solarize(_ramp(images.device), threshold, True)
+    return _solarize(_ramp(images.device), strength, True)
 
 
-def solarize(images: Tensor, threshold: Tensor, ctx: KernelContext) -> Tensor:
-    """PIL ``ImageOps.solarize``: levels at or above the per-image threshold are inverted (float or uint8
-    levels)."""
+def solarize(images: Tensor, strength: Tensor, ctx: KernelContext) -> Tensor:
+    """PIL ``ImageOps.solarize(img, 256 - m)``: levels at or above ``256 - m`` are inverted, per image
+    strength ``m`` in [0, 255] (0: nothing changes; float or uint8 levels)."""
     if images.dtype == torch.uint8:
-        # x ^ 255 = 255 - x: flip all bits of the levels at or above ceil(t), compared in uint8 (a float
-        # threshold would promote every pixel; with where() one 224x224 image took 2.2x as long).
-        flip = images >= _per_image(torch.ceil(threshold).to(torch.uint8))
+        # x ^ 255 = 255 - x: flip all bits of the levels above ceil(t) - 1, compared in uint8 (a float
+        # threshold would promote every pixel; with where() one 224x224 image took 2.2x as long). ceil(t) - 1
+        # lies in 0..255 for every strength, where t = 256 (strength 0) itself would not fit in uint8.
+        flip = images > _per_image((torch.ceil(_threshold(strength)) - 1.0).to(torch.uint8))
         return images ^ flip.view(torch.uint8).mul_(255)
-    return _solarize(images, threshold, ctx.quantize)
+    return _solarize(images, strength, ctx.quantize)
 
 
-def _posterize(levels: Tensor, bits: Tensor, quantize: bool) -> Tensor:
-    step = _per_image(torch.exp2(8.0 - torch.round(bits)).to(levels.dtype))
+def _posterize(levels: Tensor, strength: Tensor, quantize: bool) -> Tensor:
+    step = _per_image(torch.exp2(8.0 - _bits(strength)).to(levels.dtype))
     whole = levels if quantize else levels.round()
     return torch.floor(whole / step) * step
 
 
-def posterize_table(images: Tensor, bits: Tensor, ctx: KernelContext) -> Tensor:
+def posterize_table(images: Tensor, strength: Tensor, ctx: KernelContext) -> Tensor:
     """The table of :func:`posterize`, ``(B, 1, 1, 256)``."""
-    return _posterize(_ramp(images.device), bits, True)
+    return _posterize(_ramp(images.device), strength, True)
 
 
-def posterize(images: Tensor, bits: Tensor, ctx: KernelContext) -> Tensor:
-    """PIL ``ImageOps.posterize``: keep ``round(bits)`` high bits of each level (0 bits gives black), on
-    float or uint8 levels."""
+def posterize(images: Tensor, strength: Tensor, ctx: KernelContext) -> Tensor:
+    """PIL ``ImageOps.posterize(img, 8 - round(m))``: keep ``8 - round(m)`` high bits of each level, per
+    image strength ``m`` in [0, 8] (0: nothing changes, 8: black), on float or uint8 levels."""
     if images.dtype == torch.uint8:
         # The mask of the kept bits, 256 - step: 0 for 0 bits, 255 for 8.
-        return images & _per_image((256.0 - torch.exp2(8.0 - torch.round(bits))).to(torch.uint8))
-    return _posterize(images, bits, ctx.quantize)
+        return images & _per_image((256.0 - torch.exp2(8.0 - _bits(strength))).to(torch.uint8))
+    return _posterize(images, strength, ctx.quantize)
 
 
 def _brightness(levels: Tensor, factor: Tensor, quantize: bool) -> Tensor:

@@ -152,14 +152,16 @@ def equalize(images: Tensor) -> Tensor:
     return apply_op(images, "Equalize")
 
 
-def solarize(images: Tensor, threshold: Magnitude) -> Tensor:
-    """Invert levels ``>= threshold`` (8-bit scale, [0, 255]; PIL ``ImageOps.solarize``)."""
-    return apply_op(images, "Solarize", threshold)
+def solarize(images: Tensor, strength: Magnitude) -> Tensor:
+    """Invert levels ``>= 256 - strength`` (8-bit scale), ``strength`` in [0, 255]: PIL
+    ``ImageOps.solarize(img, 256 - strength)``; 0 changes nothing, 255 inverts every level but 0."""
+    return apply_op(images, "Solarize", strength)
 
 
-def posterize(images: Tensor, bits: Magnitude) -> Tensor:
-    """Keep ``round(bits)`` high bits, ``bits`` in [0, 8] (PIL ``ImageOps.posterize``; 0 gives black)."""
-    return apply_op(images, "Posterize", bits)
+def posterize(images: Tensor, strength: Magnitude) -> Tensor:
+    """Keep ``8 - round(strength)`` high bits, ``strength`` in [0, 8]: PIL ``ImageOps.posterize(img, 8 -
+    round(strength))``; 0 changes nothing, 8 gives black."""
+    return apply_op(images, "Posterize", strength)
 
 
 def contrast(images: Tensor, factor: Magnitude) -> Tensor:

@@ -76,9 +76,9 @@ OPS: tuple[OpSpec, ...] = (
     OpSpec("AutoContrast", None, None, False, None, False, K.auto_contrast, integer=True, table=K.auto_contrast_table),
     OpSpec("Invert", None, None, False, None, False, K.invert, integer=True, table=K.invert_table, fixed_table=True),
     OpSpec("Equalize", None, None, False, None, False, K.equalize, integer=True, table=K.equalize_table),
-    # Solarize is the identity only at 256, just outside its range.
-    OpSpec("Solarize", 0.0, 255.0, False, None, False, K.solarize, integer=True, table=K.solarize_table, fixed_table=True),
-    OpSpec("Posterize", 0.0, 8.0, False, 8.0, False, K.posterize, integer=True, table=K.posterize_table, fixed_table=True),
+    # Solarize and Posterize count strength (SPEC section 1): 0 is the identity, as for every other op.
+    OpSpec("Solarize", 0.0, 255.0, False, 0.0, False, K.solarize, integer=True, table=K.solarize_table, fixed_table=True),
+    OpSpec("Posterize", 0.0, 8.0, False, 0.0, False, K.posterize, integer=True, table=K.posterize_table, fixed_table=True),
     OpSpec("Contrast", 0.1, 1.9, False, 1.0, False, K.contrast, integer=True, table=K.contrast_table),
     OpSpec("Color", 0.1, 1.9, False, 1.0, False, K.color),
     OpSpec("Brightness", 0.1, 1.9, False, 1.0, False, K.brightness, integer=True, table=K.brightness_table, fixed_table=True),
