@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import datetime
+import hashlib
 import json
 import os
 import platform
@@ -69,11 +70,16 @@ def _seeds(text: str) -> list[int]:
 
 def _policies(text: str) -> list[str]:
     names = _csv(text)
-    bad = [n for n in names if n not in ALL_POLICIES]
+    bad = [n for n in names if _base_policy(n) not in ALL_POLICIES]
     if not names or bad:
-        raise argparse.ArgumentTypeError(f"unknown policies {bad}; choose from {', '.join(ALL_POLICIES)} "
-                                         "(hba uses --hba)")
+        raise argparse.ArgumentTypeError(f"unknown policies {bad}; choose from {', '.join(ALL_POLICIES)}, "
+                                         "hba:<shipped name or schedule path>, or LABEL=<one of those>")
     return list(dict.fromkeys(names))
+
+
+def _base_policy(item: str) -> str:
+    policy = item.split("=", 1)[1] if "=" in item else item
+    return "hba" if policy.startswith("hba:") else policy
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,8 +106,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _policy_arg(name: str, hba: str) -> str:
-    return f"hba:{hba}" if name == "hba" else name
+def _policy_arg(item: str, hba: str) -> str:
+    """The ``hba-augment train --policy`` of a ``--policies`` item (``hba`` means ``hba:<--hba>``)."""
+    policy = item.split("=", 1)[1] if "=" in item else item
+    return f"hba:{hba}" if policy == "hba" else policy
+
+
+def _label(item: str, hba: str) -> str:
+    """The table row of a ``--policies`` item: its ``LABEL=`` if given, else its policy."""
+    return item.split("=", 1)[0] if "=" in item else _policy_arg(item, hba)
+
+
+def _schedule_digest(policy: str) -> str | None:
+    """sha256 of the schedule file behind an ``hba:`` policy, so that a changed schedule is never reused."""
+    if not policy.startswith("hba:"):
+        return None
+    from hba_augment import pretrained
+
+    name = policy[4:]
+    if name in pretrained.available_policies():
+        data = pretrained.pretrained_path(name).read_bytes()
+    else:
+        path = Path(name) if Path(name).is_absolute() else REPO / name
+        data = path.read_bytes()
+    return hashlib.sha256(data).hexdigest()
 
 
 def _slug(policy: str) -> str:
@@ -155,7 +183,8 @@ def _run_key(cmd: list[str]) -> list[str]:
             skip = True
         else:
             key.append(arg)
-    return key
+    digest = _schedule_digest(cmd[cmd.index("--policy") + 1])
+    return key if digest is None else [*key, f"schedule-sha256:{digest}"]
 
 
 def _run_one(cmd: list[str], out: Path, record: Path, env: dict[str, str], label: str) -> dict[str, Any]:
@@ -205,8 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out).resolve()
     runs_dir = out / "runs"
     records_dir = out / "results"
-    if "hba" in args.policies:
-        _check_hba(args.hba)
+    for item in args.policies:
+        if _base_policy(item) == "hba":
+            _check_hba(_policy_arg(item, args.hba)[4:])
     started = datetime.datetime.now(datetime.timezone.utc)
     commit = _git("rev-parse", "HEAD")
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
@@ -220,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     for policy in args.policies:
         for seed in args.seeds:
             pol = _policy_arg(policy, args.hba)
-            run_out = runs_dir / f"{_slug(pol)}-seed{seed}"
+            run_out = runs_dir / f"{_slug(_label(policy, args.hba))}-seed{seed}"
             cmd = [sys.executable, "-m", "hba_augment", "train", "--dataset", args.dataset, "--data-dir",
                    str(args.data_dir), "--preset", args.preset, "--model", args.model, "--policy", pol,
                    "--epochs", str(args.epochs), "--train-size", str(args.train_size), "--subset-seed",
@@ -263,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
         walls = [r["wall_seconds"] for r in runs if r["wall_seconds"] is not None]
         train_walls = [r["result"]["wall_seconds"] for r in runs]
         rows.append({
-            "policy": _policy_arg(policy, args.hba),
+            "policy": _label(policy, args.hba),
+            "policy_arg": _policy_arg(policy, args.hba),
             "test_error_mean": statistics.fmean(errors),
             "test_error_std": statistics.stdev(errors) if len(errors) > 1 else None,
             "test_errors": errors,
@@ -272,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             "train_wall_seconds": train_walls,
             "runs": [{"seed": s, "command": r["command"], "test_error": r["result"]["test_error"],
                       "test_loss": r["result"]["test_loss"], "wall_seconds": r["wall_seconds"],
-                      "reused": r["reused"], "out": str(runs_dir / f"{_slug(_policy_arg(policy, args.hba))}-seed{s}")}
+                      "reused": r["reused"], "out": str(runs_dir / f"{_slug(_label(policy, args.hba))}-seed{s}")}
                      for s, r in zip(args.seeds, runs, strict=True)],
         })
     first = results[(args.policies[0], args.seeds[0])]["result"]
@@ -335,6 +366,10 @@ def _markdown(report: dict[str, Any]) -> str:
         wall = f"{statistics.fmean(walls):.0f}" if walls else "-"
         lines.append(f"| {row['policy']} | {_fmt(row['test_errors'])} | {per_seed} | "
                      f"{row['test_loss_mean']:.4f} | {wall} |")
+    labelled = [f"{row['policy']} = `{row['policy_arg']}`" for row in report["rows"]
+                if row.get("policy_arg", row["policy"]) != row["policy"]]
+    if labelled:
+        lines += ["", "Rows named by label: " + "; ".join(labelled) + "."]
     lines += ["", "Policies (see `hba-augment train --help`): none = standardisation only; baseline = the preset's "
               "flip + pad-4 crop; cutout = baseline + Cutout (16x16 in the CIFAR presets); autoaugment / "
               "randaugment / trivialaugment = torchvision's v2 transforms per image (the preset's AutoAugment "

@@ -1,0 +1,201 @@
+"""Schedules to compare a learned HBA schedule against (issue 10, section 4); never shipped.
+
+- ``pba``: PBA's published Reduced CIFAR-10 schedule (Ho et al. 2019; ``../shared/reference/pba/``), the
+  same search space learned by population-based training, converted to this package's magnitudes.
+- ``initial``: the search's initial policy (every hyperparameter at ``0.95 lo + 0.05 hi``, SPEC section 3)
+  held for every epoch: what the search starts from.
+- ``last``: the learned schedule's last entry held for every epoch: is the curriculum worth anything?
+- ``shuffled``: the learned schedule with its op identities permuted (same probabilities and relative
+  magnitudes, wrong ops): is it the choice of ops that helps, or just the amount of augmentation?
+
+PBA's level semantics (``pba/augmentation_transforms.py``, PARAMETER_MAX 10, 32x32 images; see the
+reference README) in this package's magnitudes (SPEC section 1):
+
+| PBA op | PBA level ``l`` | magnitude here |
+|---|---|---|
+| Rotate | ``int(3 l)`` degrees | the same, in [0, 30] |
+| ShearX/Y | ``0.03 l`` | the same, in [0, 0.3] |
+| TranslateX/Y | ``int(l)`` pixels | ``int(l) / 32`` (``round(m * 32)`` pixels) |
+| Solarize | threshold ``256 - int(25.6 l)`` | strength ``int(25.6 l)``, capped at 255 (l = 10 inverted level 0 too) |
+| Posterize | ``4 - int(0.4 l)`` bits | strength ``4 + int(0.4 l)`` (PBA keeps at most 4 bits) |
+| Contrast/Color/Brightness/Sharpness | ``0.1 + 0.18 l`` | the same, in [0.1, 1.9] |
+| Cutout | square of ``int(2 l)`` pixels | ``int(2 l) / 32``, capped at 0.2 (6 px): PBA's range reaches 20 px |
+
+Only the two caps differ from PBA; :func:`pba_schedule` counts how often each applies (``provenance``).
+
+Usage::
+
+    python benchmarks/control_schedules.py --learned pretrained_policies/cifar10.json --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from hba_augment.functional import NUM_OPS, OP_NAMES, OPS
+from hba_augment.schedule import Schedule
+
+REPO = Path(__file__).resolve().parents[1]
+PBA_DIR = REPO.parent / "shared" / "reference" / "pba"
+#: PBA's op order (``augmentation_transforms_hp.HP_TRANSFORMS``).
+PBA_OPS = ("Rotate", "TranslateX", "TranslateY", "Brightness", "Color", "Invert", "Sharpness", "Posterize",
+           "ShearX", "Solarize", "ShearY", "Equalize", "AutoContrast", "Cutout", "Contrast")
+IMAGE_SIZE = 32
+_LOW = np.array([s.low if s.has_magnitude else np.nan for s in OPS])
+_HIGH = np.array([s.high if s.has_magnitude else np.nan for s in OPS])
+_HAS_MAG = np.array([s.has_magnitude for s in OPS])
+
+
+def pba_magnitude(op: str, level: int) -> tuple[float | None, bool]:
+    """PBA's level ``0..10`` of ``op`` as this package's magnitude, and whether a cap changed it."""
+    if not 0 <= level <= 10:
+        raise ValueError(f"PBA levels are 0..10, got {level} for {op}")
+    if op in ("AutoContrast", "Invert", "Equalize"):
+        return None, False
+    if op == "Rotate":
+        return float(int(3 * level)), False
+    if op in ("ShearX", "ShearY"):
+        return 0.03 * level, False
+    if op in ("TranslateX", "TranslateY"):
+        return int(level) / IMAGE_SIZE, False
+    if op == "Solarize":
+        strength = int(25.6 * level)
+        return float(min(strength, 255)), strength > 255
+    if op == "Posterize":
+        return float(4 + int(0.4 * level)), False
+    if op in ("Contrast", "Color", "Brightness", "Sharpness"):
+        return 0.1 + 0.18 * level, False
+    if op == "Cutout":
+        size = int(2 * level) / IMAGE_SIZE
+        return min(size, 0.2), size > 0.2
+    raise ValueError(f"unknown PBA op {op!r}")
+
+
+def parse_pba_log(path: Path, epochs: int) -> list[list[int]]:
+    """The per-epoch policies of a PBA schedule log: ``epochs`` lists of 60 integers.
+
+    Follows PBA's ``utils.parse_log`` / ``parse_log_schedule``: the surviving trial's policies, each held
+    from one logged clone epoch to the next, the last one to the end.
+    """
+    rows = [ast.literal_eval(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [[*r[:4], *(x["hp_policy"] if isinstance(x, dict) else x for x in r[4:6])] for r in rows]
+    truncate = None
+    for i in range(len(rows) - 1):  # "Sometimes files have extra lines in the beginning."
+        if rows[i][0] != rows[i + 1][1]:
+            truncate = i
+    if truncate is not None:
+        rows = rows[truncate + 1 :]
+    segments = [(rows[0][3], rows[0][4])]
+    for i in range(len(rows) - 1):
+        segments.append((rows[i + 1][3] - rows[i][3], rows[i][5]))
+    segments.append((epochs - rows[-1][3], rows[-1][5]))
+    if sum(n for n, _ in segments) != epochs or any(n < 0 for n, _ in segments):
+        raise ValueError(f"{path}: segments {[n for n, _ in segments]} do not cover {epochs} epochs")
+    schedule = [list(policy) for n, policy in segments for _ in range(n)]
+    if any(len(p) != 4 * NUM_OPS for p in schedule):
+        raise ValueError(f"{path}: every PBA policy has {4 * NUM_OPS} integers")
+    return schedule
+
+
+def pba_schedule(path: Path = PBA_DIR / "rcifar10_16_wrn.txt", epochs: int = 200) -> Schedule:
+    """PBA's published schedule as a :class:`Schedule` of ``epochs`` entries (magnitudes as in the table)."""
+    policies = parse_pba_log(path, epochs)
+    prob = np.zeros((epochs, 2, NUM_OPS))
+    mag = np.full((epochs, 2, NUM_OPS), np.nan)
+    capped = {"Solarize": 0, "Cutout": 0}
+    for s, policy in enumerate(policies):
+        for c in range(2):
+            half = policy[c * 2 * NUM_OPS : (c + 1) * 2 * NUM_OPS]
+            for i, op in enumerate(PBA_OPS):
+                k = OP_NAMES.index(op)
+                prob[s, c, k] = half[2 * i] / 10.0
+                m, was_capped = pba_magnitude(op, half[2 * i + 1])
+                if m is not None:
+                    mag[s, c, k] = m
+                if was_capped and prob[s, c, k] > 0:
+                    capped[op] += 1
+    return Schedule(prob, mag, name="pba-rcifar10", provenance={
+        "source": f"PBA (Ho et al. 2019) published schedule {path.name}, arcelien/pba commit a9cc308d, Apache-2.0",
+        "conversion": "benchmarks/control_schedules.py (level semantics in its docstring)",
+        "capped_slot_epochs_with_p_above_0": capped,
+        "note": "a comparison peer for benchmarks; never shipped",
+    })
+
+
+def initial_schedule() -> Schedule:
+    """The search's initial policy (SPEC section 3: every value at 0.95 lo + 0.05 hi) as a 1-entry schedule."""
+    frac = 0.05
+    prob = np.full((1, 2, NUM_OPS), frac)
+    mag = np.where(_HAS_MAG, 0.95 * _LOW + frac * _HIGH, np.nan)
+    return Schedule(prob, np.broadcast_to(mag, (1, 2, NUM_OPS)), name="hba-initial",
+                    provenance={"control": "the search's initial policy held constant (SPEC section 3)"})
+
+
+def last_entry_schedule(learned: Schedule) -> Schedule:
+    """``learned``'s last entry held for every epoch (one entry)."""
+    return Schedule(learned.prob[-1:], learned.mag[-1:], name=f"{learned.name}-last", count_probs=learned.count_probs,
+                    provenance={"control": f"last entry (of {learned.epochs}) of {learned.name} held constant"})
+
+
+def shuffled_schedule(learned: Schedule, seed: int = 0) -> tuple[Schedule, list[str]]:
+    """``learned`` with op identities permuted: op ``k``'s probabilities and relative magnitudes go to op
+    ``perm[k]``, at every entry and in both copies (a derangement: every op moves).
+
+    A magnitude moves as its position in the range, ``(m - lo) / (hi - lo)``; an op without a magnitude
+    hands over the mean position of the magnitude ops of its entry and copy.
+
+    Returns:
+        The schedule and ``perm`` as op names (``perm[k]`` receives op ``k``'s values).
+    """
+    rng = np.random.default_rng(seed)
+    while True:
+        perm = rng.permutation(NUM_OPS)
+        if not np.any(perm == np.arange(NUM_OPS)):
+            break
+    frac = (learned.mag - _LOW) / (_HIGH - _LOW)  # NaN for the ops without a magnitude
+    mean_frac = np.nanmean(frac, axis=2, keepdims=True)
+    frac = np.where(_HAS_MAG, frac, mean_frac)
+    prob = np.empty_like(learned.prob)
+    new_frac = np.empty_like(frac)
+    prob[:, :, perm] = learned.prob
+    new_frac[:, :, perm] = frac
+    mag = np.where(_HAS_MAG, _LOW + np.clip(new_frac, 0.0, 1.0) * (_HIGH - _LOW), np.nan)
+    names = [OP_NAMES[j] for j in perm]
+    return Schedule(prob, mag, name=f"{learned.name}-shuffled", count_probs=learned.count_probs, provenance={
+        "control": f"{learned.name} with op identities permuted (seed {seed}): op k's values go to perm[k]",
+        "perm": dict(zip(OP_NAMES, names, strict=True)),
+    }), names
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--learned", required=True, help="the learned schedule (shipped name or JSON path)")
+    p.add_argument("--pba-log", default=str(PBA_DIR / "rcifar10_16_wrn.txt"), help="PBA schedule log")
+    p.add_argument("--pba-epochs", type=int, default=200, help="epochs of PBA's search (its log's length)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the shuffled control's permutation")
+    p.add_argument("--out", required=True, help="folder for pba.json, initial.json, last.json, shuffled.json")
+    args = p.parse_args(argv)
+    from hba_augment import pretrained
+
+    learned = (pretrained.load_pretrained(args.learned) if args.learned in pretrained.available_policies()
+               else Schedule.load(args.learned))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    shuffled, perm = shuffled_schedule(learned, args.seed)
+    for name, schedule in (("pba", pba_schedule(Path(args.pba_log), args.pba_epochs)), ("initial", initial_schedule()),
+                           ("last", last_entry_schedule(learned)), ("shuffled", shuffled)):
+        schedule.save(out / f"{name}.json")
+        ops = schedule.prob.sum(axis=(1, 2))
+        print(f"{name}: {schedule.epochs} entries, expected fired slots per entry (sum of p) "
+              f"{ops.min():.2f}..{ops.max():.2f} -> {out / (name + '.json')}")
+    print("shuffled permutation:", ", ".join(f"{a}->{b}" for a, b in zip(OP_NAMES, perm, strict=True)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

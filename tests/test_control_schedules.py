@@ -1,0 +1,141 @@
+"""benchmarks/control_schedules.py (issue 10's comparison peers and controls) and policy_quality.py's run records."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from hba_augment.functional import NUM_OPS, OP_NAMES, OPS
+from hba_augment.schedule import Schedule
+from hba_augment.search.hparams import hparams_to_policy, init_hparams
+
+_BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+_PBA_LOG = _BENCH.parents[1] / "shared" / "reference" / "pba" / "rcifar10_16_wrn.txt"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, _BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def cs():
+    yield _load("control_schedules")
+    sys.modules.pop("control_schedules", None)
+
+
+@pytest.fixture(scope="module")
+def pq():
+    yield _load("policy_quality")
+    sys.modules.pop("policy_quality", None)
+
+
+def _pba_line(target: str, clone: str, t_epoch: int, c_epoch: int, old: list[int], new: list[int]) -> str:
+    return repr([target, clone, t_epoch, c_epoch, old, new])
+
+
+def test_pba_log_is_parsed_as_pba_does(cs, tmp_path):
+    # Three updates: policy A until the first clone epoch (3), B for 4 epochs, C for 3, D to the end (12).
+    a, b, c, d = ([v] * 60 for v in (0, 1, 2, 3))
+    log = tmp_path / "log.txt"
+    log.write_text("\n".join([
+        _pba_line("0", "9", 2, 3, a, b),
+        _pba_line("1", "0", 6, 7, b, c),
+        _pba_line("2", "1", 9, 10, c, d),
+    ]) + "\n")
+    schedule = cs.parse_pba_log(log, 12)
+    assert [p[0] for p in schedule] == [0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 3, 3]
+
+
+def test_pba_level_semantics(cs):
+    assert cs.pba_magnitude("Rotate", 7) == (21.0, False)
+    assert cs.pba_magnitude("TranslateX", 5) == (5 / 32, False)
+    assert cs.pba_magnitude("Solarize", 3) == (76.0, False)  # threshold 256 - 76 = 180
+    assert cs.pba_magnitude("Solarize", 10) == (255.0, True)  # threshold 0: capped
+    assert cs.pba_magnitude("Posterize", 0) == (4.0, False)  # PBA keeps 4 bits at level 0
+    assert cs.pba_magnitude("Posterize", 10) == (8.0, False)  # 0 bits
+    assert cs.pba_magnitude("Cutout", 3) == (6 / 32, False)
+    assert cs.pba_magnitude("Cutout", 4) == (0.2, True)
+    assert cs.pba_magnitude("Brightness", 5) == (pytest.approx(1.0), False)
+    assert cs.pba_magnitude("Invert", 9) == (None, False)
+    with pytest.raises(ValueError, match=r"0\.\.10"):
+        cs.pba_magnitude("Rotate", 11)
+
+
+@pytest.mark.skipif(not _PBA_LOG.exists(), reason=f"PBA reference log not found at {_PBA_LOG}")
+def test_published_pba_schedule_converts(cs):
+    s = cs.pba_schedule(_PBA_LOG, 200)
+    assert s.epochs == 200
+    raw = cs.parse_pba_log(_PBA_LOG, 200)
+    # Spot-check one entry against the raw integers: slot i of copy c is (10 p, level).
+    s_idx = 150
+    for c in range(2):
+        for i, op in enumerate(cs.PBA_OPS):
+            p10, level = raw[s_idx][c * 30 + 2 * i], raw[s_idx][c * 30 + 2 * i + 1]
+            k = OP_NAMES.index(op)
+            assert s.prob[s_idx, c, k] == pytest.approx(p10 / 10)
+            m, _ = cs.pba_magnitude(op, level)
+            assert (np.isnan(s.mag[s_idx, c, k]) if m is None else s.mag[s_idx, c, k] == pytest.approx(m))
+    assert s.prob[0].sum() == 0  # PBA's search starts from no augmentation
+
+
+def test_initial_control_is_the_search_start(cs):
+    prob, mag = hparams_to_policy(init_hparams(dtype=torch.float64))
+    s = cs.initial_schedule()
+    np.testing.assert_allclose(s.prob[0], prob.numpy())
+    np.testing.assert_allclose(s.mag[0], mag.numpy())
+
+
+def test_last_and_shuffled_controls(cs):
+    rng = np.random.default_rng(0)
+    prob = rng.uniform(0, 0.3, (5, 2, NUM_OPS))
+    mag = np.array([[[rng.uniform(o.low, o.high) if o.has_magnitude else np.nan for o in OPS]] * 2] * 5)
+    learned = Schedule(prob, mag, name="learned")
+    last = cs.last_entry_schedule(learned)
+    assert last.epochs == 1 and np.array_equal(last.prob[0], prob[-1])
+    shuffled, perm = cs.shuffled_schedule(learned, seed=3)
+    assert sorted(perm) == sorted(OP_NAMES) and all(a != b for a, b in zip(OP_NAMES, perm, strict=True))
+    # Same probabilities per entry and copy, on other ops; relative magnitudes move with them.
+    np.testing.assert_allclose(np.sort(shuffled.prob, axis=2), np.sort(prob, axis=2))
+    for k, target in enumerate(perm):
+        j = OP_NAMES.index(target)
+        np.testing.assert_allclose(shuffled.prob[:, :, j], prob[:, :, k])
+        if OPS[k].has_magnitude and OPS[j].has_magnitude:
+            frac_in = (mag[:, :, k] - OPS[k].low) / (OPS[k].high - OPS[k].low)
+            frac_out = (shuffled.mag[:, :, j] - OPS[j].low) / (OPS[j].high - OPS[j].low)
+            np.testing.assert_allclose(frac_out, frac_in, atol=1e-12)
+
+
+def test_policy_items_and_labels(pq):
+    assert pq._policy_arg("hba", "cifar10") == "hba:cifar10"
+    assert pq._policy_arg("pba=hba:x/pba.json", "cifar10") == "hba:x/pba.json"
+    assert pq._label("pba=hba:x/pba.json", "cifar10") == "pba"
+    assert pq._label("randaugment", "cifar10") == "randaugment"
+    with pytest.raises(Exception, match="unknown policies"):
+        pq._policies("baseline,flip")
+
+
+def test_run_records_are_reused_by_key_and_schedule_content(pq, tmp_path):
+    sched = tmp_path / "s.json"
+    sched.write_text("{}")
+    cmd = ["python", "-m", "hba_augment", "train", "--data-dir", "/a/b", "--policy", f"hba:{sched}",
+           "--seed", "0", "--out", "/x/y"]
+    key = pq._run_key(cmd)
+    assert "/a/b" not in key and "/x/y" not in key  # machine-specific paths are not part of a run's identity
+    moved = [*cmd[:5], "/elsewhere", *cmd[6:]]
+    assert pq._run_key(moved) == key
+    sched.write_text('{"changed": 1}')
+    assert pq._run_key(cmd) != key  # a changed schedule is trained again
+    record = tmp_path / "rec.json"
+    record.write_text(json.dumps({"key": pq._run_key(cmd), "wall_seconds": 1.0, "result": {"test_error": 12.5}}))
+    run = pq._run_one(cmd, tmp_path / "run", record, {}, "label")  # reused: nothing is launched
+    assert run == {"result": {"test_error": 12.5}, "wall_seconds": 1.0, "reused": True}
