@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -46,7 +47,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2  # pragma: no cover - parse_args exits above
     target, _ = COMMANDS[argv[0]]
     module, function = target.split(":")
-    return int(getattr(importlib.import_module(module), function)(argv[1:], prog=f"hba-augment {argv[0]}") or 0)
+    try:
+        return int(getattr(importlib.import_module(module), function)(argv[1:], prog=f"hba-augment {argv[0]}") or 0)
+    except BrokenPipeError:
+        # The reader went away (``hba-augment show cifar10 | head``): stop quietly, as cat or grep do.
+        # Python's final flush of stdout would fail again, so stdout is pointed at /dev/null first.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 128 + 13  # killed by SIGPIPE, the shell's status for such a pipe
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun if count == 1 else noun + 's'}"
 
 
 def show_main(argv: Sequence[str], prog: str = "hba-augment show") -> int:
@@ -55,11 +68,20 @@ def show_main(argv: Sequence[str], prog: str = "hba-augment show") -> int:
     p.add_argument("schedule", metavar="SCHEDULE", help="a schedule JSON file, or the name of a shipped schedule")
     p.add_argument("--epoch", type=int, default=0, help="training epoch to show (default 0)")
     p.add_argument("--total-epochs", type=int, help="training length the schedule is scaled to (default: its own)")
-    p.add_argument("--plot", metavar="PNG", help="also write the schedule plot (magnitudes, probabilities) here")
+    p.add_argument("--plot", metavar="PNG", help="also write the schedule plot (magnitudes, probabilities) to this "
+                   "file, creating its folder; needs matplotlib (the 'search' extra)")
     p.add_argument("--no-provenance", dest="provenance", action="store_false", help="do not print the provenance")
     args = p.parse_args(list(argv))
 
     from pathlib import Path
+
+    if args.plot:
+        from hba_augment.search.plot import missing_plot_dependency
+
+        missing = missing_plot_dependency()
+        if missing is not None:  # checked before anything is printed
+            print(f"{prog}: error: cannot draw --plot: {missing}", file=sys.stderr)
+            return 2
 
     from hba_augment.schedule import Schedule
 
@@ -67,19 +89,23 @@ def show_main(argv: Sequence[str], prog: str = "hba-augment show") -> int:
         path = Path(args.schedule)
         if path.exists() or args.schedule.endswith(".json") or "/" in args.schedule:
             schedule = Schedule.load(path)
+            source = str(path)
         else:
             from hba_augment import pretrained
 
             names = pretrained.available_policies()
             if args.schedule not in names:
                 raise ValueError(f"{args.schedule!r} is neither a schedule file nor a shipped schedule {names}")
-            schedule = Schedule.load(pretrained.pretrained_path(args.schedule))
+            shipped = pretrained.pretrained_path(args.schedule)
+            schedule = Schedule.load(shipped)
+            source = f"{shipped} (shipped with hba_augment)"
         table = schedule.table(args.epoch, args.total_epochs)
     except ValueError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     counts = ", ".join(f"{c:g}" for c in schedule.count_probs)
-    print(f"Schedule {schedule.name!r}: {schedule.epochs} epoch(s), count_probs ({counts})")
+    print(f"Schedule {schedule.name!r}: {_plural(schedule.epochs, 'epoch')}, count_probs ({counts})")
+    print(f"source: {source}")
     print(table)
     if args.provenance and schedule.provenance:
         print("provenance:")
@@ -88,6 +114,12 @@ def show_main(argv: Sequence[str], prog: str = "hba-augment show") -> int:
     if args.plot:
         from hba_augment.search.plot import plot_schedule
 
-        plot_schedule(schedule, args.plot)
-        print(f"wrote {args.plot}")
+        plot = Path(args.plot)
+        try:
+            plot.parent.mkdir(parents=True, exist_ok=True)
+            plot_schedule(schedule, plot)
+        except OSError as e:
+            print(f"{prog}: error: cannot write {plot}: {e.strerror or e}", file=sys.stderr)
+            return 2
+        print(f"wrote {plot}")
     return 0

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +16,9 @@ import torch
 
 from hba_augment.cli import COMMANDS, main
 from hba_augment.schedule import Schedule
+from hba_augment.search.cli import default_name
+
+ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -68,16 +74,86 @@ def test_python_dash_m_and_lazy_import():
     assert "usage: hba-augment show" in run.stdout
 
 
+def test_help_version_and_parse_errors_do_not_import_torch():
+    # Importing torch takes seconds; help, --version and argument errors must not wait for it. One fresh
+    # interpreter runs them all and reports whether torch got imported.
+    code = ("import contextlib, io, sys\n"
+            "from hba_augment.cli import main\n"
+            "for argv in (['--help'], ['--version'], ['frobnicate'], [], ['show', '--help'], ['search', '--help'],\n"
+            "             ['search'], ['search', '--data-dir', 'x', '--out', 'o', '--epochs', '0'], ['train', '--help'],\n"
+            "             ['train', '--data-dir', 'x']):\n"
+            "    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+            "        try:\n"
+            "            main(argv)\n"
+            "        except SystemExit:\n"
+            "            pass\n"
+            "    print(argv, 'torch' in sys.modules)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert len(lines) == 10 and all(line.endswith("False") for line in lines), run.stdout
+
+
 # ------------------------------------------------------------------------------------------ show
 def test_show_prints_table_and_plots(schedule_file: Path, tmp_path: Path, capsys):
     assert main(["show", str(schedule_file), "--epoch", "2"]) == 0
     out = capsys.readouterr().out
-    assert "Schedule 'demo': 3 epoch(s)" in out and "entry 2 of 3" in out and "model: wrn-10-1" in out
+    assert "Schedule 'demo': 3 epochs," in out and "entry 2 of 3" in out and "model: wrn-10-1" in out
+    assert f"source: {schedule_file}" in out
     assert "Rotate" in out and "Cutout" in out
     png = tmp_path / "plot.png"
     assert main(["show", str(schedule_file), "--epoch", "10", "--total-epochs", "30", "--plot", str(png)]) == 0
     assert "entry 1 of 3" in capsys.readouterr().out
     assert png.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_show_names_its_source_and_counts_properly(schedule_file: Path, tmp_path: Path, capsys):
+    assert main(["show", "cifar10", "--no-provenance"]) == 0
+    out = capsys.readouterr().out
+    assert "source: " in out and "cifar10.json (shipped with hba_augment)" in out
+    three = Schedule.load(schedule_file)
+    one = tmp_path / "one.json"
+    Schedule(three.prob[:1], three.mag[:1], name="one").save(one)
+    assert main(["show", str(one)]) == 0
+    out = capsys.readouterr().out
+    assert "Schedule 'one': 1 epoch," in out and f"source: {one}" in out
+
+
+def test_show_plot_creates_its_folder(schedule_file: Path, tmp_path: Path, capsys):
+    png = tmp_path / "new" / "deeper" / "plot.png"
+    assert main(["show", str(schedule_file), "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == PNG_MAGIC
+    assert f"wrote {png}" in capsys.readouterr().out
+    # A path that cannot be written is one line on stderr, not a traceback.
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    assert main(["show", str(schedule_file), "--plot", str(blocker / "plot.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hba-augment show: error: cannot write") and err.count("\n") == 1
+
+
+def test_show_plot_without_matplotlib(schedule_file: Path, tmp_path: Path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the 'search' extra were not installed
+    png = tmp_path / "plot.png"
+    assert main(["show", str(schedule_file), "--plot", str(png)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # checked before anything is printed
+    assert "matplotlib is not installed" in captured.err and "hba-augment[search]" in captured.err
+    assert captured.err.count("\n") == 1 and not png.exists()
+
+
+def test_show_into_a_closed_pipe_exits_quietly():
+    # ``hba-augment show cifar10 | head``: the reader is gone before the table is printed (its end of the
+    # pipe is closed before the command starts, so every write fails).
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        run = subprocess.run([sys.executable, "-m", "hba_augment", "show", "cifar10"], stdout=write_end,
+                             stderr=subprocess.PIPE, text=True)
+    finally:
+        os.close(write_end)
+    assert run.returncode == 141  # 128 + SIGPIPE, as the shell reports a command killed by the pipe
+    assert run.stderr == ""
 
 
 def test_show_bad_input(tmp_path: Path, schedule_file: Path, capsys):
@@ -110,6 +186,55 @@ def test_show_bad_input(tmp_path: Path, schedule_file: Path, capsys):
 def test_search_parse_errors(args, capsys):
     assert _exit_code(["search", *args]) == 2
     assert "error" in capsys.readouterr().err
+
+
+def test_train_help_states_each_default_once(capsys):
+    assert _exit_code(["train", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())  # undo argparse's line wrapping
+    assert "(default: None)" not in text and "(default: False)" not in text
+    assert re.search(r"\(default: [^)]*\)\s*\(default:", text) is None
+    assert "(default: all)" in text and "(default: wrn-40-2)" in text and "(default: 10)" in text
+
+
+def test_preset_choices_differ_with_a_reason(capsys):
+    assert _exit_code(["search", "--help"]) == 0
+    search = " ".join(capsys.readouterr().out.split())
+    assert _exit_code(["train", "--help"]) == 0
+    train = " ".join(capsys.readouterr().out.split())
+    assert "--preset {cifar10,svhn,imagenet}" in search and "--preset {cifar10,cifar100,svhn,imagenet}" in train
+    assert "There is no cifar100 preset" in search and "Reduced CIFAR-10 only" in search
+    assert "cifar100 is a preset here and not in the search command" in train
+
+
+def test_default_name_is_the_output_folder(tmp_path: Path):
+    assert default_name(str(tmp_path / "runs" / "demo"), "cifar10", "wrn-10-1") == "demo"
+    assert default_name("/", "cifar10", "wrn-10-1") == "cifar10-wrn-10-1"
+
+
+@pytest.mark.parametrize("command", ["search", "train"])
+def test_missing_data_hints_and_no_empty_folders(command, tmp_path: Path, capsys):
+    extra = ["--policy", "none"] if command == "train" else []
+    out = tmp_path / "runs" / "new"
+    # No data: the hint names the command-line flag, and the folders the run created are removed.
+    assert main([command, "--data-dir", str(tmp_path / "nowhere"), "--out", str(out), *extra]) == 2
+    err = capsys.readouterr().err
+    assert "--download" in err
+    assert not (tmp_path / "runs").exists()
+    # An image-folder archive read as CIFAR: the hint names --dataset imagefolder.
+    archive = tmp_path / "images.tar.gz"
+    archive.write_bytes(b"")
+    assert main([command, "--data-dir", str(archive), "--out", str(out), *extra]) == 2
+    assert "--dataset imagefolder" in capsys.readouterr().err
+    # The official CIFAR archive: the hint says to pass its folder with --download (nothing is fetched).
+    official = tmp_path / "cifar-10-python.tar.gz"
+    official.write_bytes(b"")
+    assert main([command, "--data-dir", str(official), "--out", str(out), *extra]) == 2
+    assert f"folder holding it ({tmp_path})" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+    # An output folder that existed before the failed run is kept.
+    out.mkdir(parents=True)
+    assert main([command, "--data-dir", str(tmp_path / "nowhere"), "--out", str(out), *extra]) == 2
+    assert out.is_dir()
 
 
 def test_search_bad_values(tmp_path: Path, data_dir: Path, capsys):
@@ -149,3 +274,45 @@ def test_search_end_to_end(tmp_path: Path, cifar_dir: Path, capsys):
     again = Schedule.load(out / "schedule.json")
     assert np.array_equal(again.prob, schedule.prob)
     assert main(["show", str(out / "schedule.json")]) == 0
+
+
+def test_search_without_matplotlib_keeps_the_search(tmp_path: Path, cifar_dir: Path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the 'search' extra were not installed
+    out = tmp_path / "my-run"
+    args = ["search", "--data-dir", str(cifar_dir), "--model", "wrn-10-1", "--epochs", "1", "--train-size", "64",
+            "--val-size", "32", "--batch-size", "32", "--device", "cpu", "--out", str(out), "--no-progress"]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    # Warned before the first epoch, and everything but the plot is written.
+    assert "matplotlib is not installed" in err and "hba-augment[search]" in err
+    assert err.index("matplotlib is not installed") < err.index("epoch 1/1")
+    assert {p.name for p in out.iterdir()} == {"schedule.json", "metrics.jsonl", "checkpoint.pt"}
+    # Named after its folder, not after the preset (which is also the shipped schedule's name).
+    schedule = Schedule.load(out / "schedule.json")
+    assert schedule.name == "my-run"
+    # The header counts what the metrics count, with proper plurals.
+    steps = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])["train_steps"]
+    assert f"1 epoch x {steps} SGD steps (1 iteration of 2 SGD steps + 1 hyperparameter step)" in err
+    assert "(1 entry," in err
+
+
+def _readme_demo_commands() -> list[list[str]]:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Learn a schedule", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    return [shlex.split(line) for line in block.splitlines() if line.strip()]
+
+
+def test_readme_demo_commands(tmp_path: Path, cifar_dir: Path, monkeypatch, capsys):
+    # The README's demo as a new user runs it, scaled down: the search, then a show that writes nothing.
+    commands = _readme_demo_commands()
+    assert [c[:2] for c in commands] == [[".venv/bin/hba-augment", "search"], [".venv/bin/hba-augment", "show"]]
+    small = {"--epochs": "1", "--train-size": "64", "--val-size": "32"}
+    monkeypatch.chdir(tmp_path)
+    search = [small.get(prev, arg) for prev, arg in zip(["", *commands[0][:-1]], commands[0], strict=True)]
+    search = [str(cifar_dir) if arg == "../shared/data" else arg for arg in search[1:]]
+    assert main([*search, "--batch-size", "32", "--device", "cpu", "--no-progress"]) == 0
+    written = sorted(p.name for p in (tmp_path / "runs" / "demo").iterdir())
+    assert main(commands[1][1:]) == 0
+    assert "Schedule 'demo'" in capsys.readouterr().out
+    assert sorted(p.name for p in (tmp_path / "runs" / "demo").iterdir()) == written  # no copy of the plot

@@ -1,7 +1,10 @@
-"""Packaging: every package ships, and the schedule folder resolves as a resource package."""
+"""Packaging: every package ships, the schedule folder resolves as a resource package, the dependencies are
+what the package uses, and the README's snippets run as a new user copies them."""
 
 from __future__ import annotations
 
+import ast
+import re
 import sys
 from importlib import resources
 from pathlib import Path
@@ -54,3 +57,61 @@ def test_version_is_single_sourced():
     from hba_augment._version import __version__
 
     assert isinstance(__version__, str) and __version__.count(".") >= 1
+
+
+def _requirement_name(requirement: str) -> str:
+    return re.split(r"[<>=!~\[;\s]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def _imported_top_level_modules(folder: Path) -> set[str]:
+    names = set()
+    for path in folder.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+    return names
+
+
+def test_kornia_is_only_a_benchmark_dependency():
+    project = _pyproject()["project"]
+    required = {_requirement_name(r) for r in project["dependencies"]}
+    extras = {name: {_requirement_name(r) for r in reqs} for name, reqs in project["optional-dependencies"].items()}
+    # The package never imports kornia, so users must not have to install it ...
+    assert "kornia" not in _imported_top_level_modules(ROOT / "hba_augment")
+    assert "kornia" not in required
+    # ... the benchmarks that compare against it get it from the bench extra, and dev runs everything.
+    assert "kornia" in _imported_top_level_modules(ROOT / "benchmarks")
+    assert "kornia" in extras["bench"]
+    dev_extras = {extra for r in project["optional-dependencies"]["dev"]
+                  for group in re.findall(r"hba-augment\[([^\]]*)\]", r) for extra in group.split(",")}
+    assert {"test", "bench"} <= dev_extras
+    # The plotting library is optional too (the search works without it).
+    assert "matplotlib" not in required and "matplotlib" in extras["search"]
+
+
+def test_constraints_pin_every_dependency():
+    project = _pyproject()["project"]
+    requirements = [*project["dependencies"], *(r for reqs in project["optional-dependencies"].values() for r in reqs)]
+    names = {_requirement_name(r) for r in requirements} - {"hba-augment"}
+    pinned = {_requirement_name(line) for line in (ROOT / "constraints.txt").read_text().splitlines()
+              if line.strip() and not line.startswith("#")}
+    assert names <= pinned, f"not pinned in constraints.txt: {sorted(names - pinned)}"
+
+
+def _readme_python_block(containing: str) -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL)
+    matches = [b for b in blocks if containing in b]
+    assert len(matches) == 1, f"expected one README python block with {containing!r}, found {len(matches)}"
+    return matches[0]
+
+
+def test_readme_schedule_snippet_runs_alone(tmp_path: Path, monkeypatch, capsys):
+    # Copied into a fresh interpreter, as a reader would: every name it uses must be imported by it.
+    monkeypatch.chdir(tmp_path)
+    code = _readme_python_block("Schedule.constant")
+    exec(compile(code, "README.md", "exec"), {"__name__": "__main__"})
+    assert "Schedule 'uniform'" in capsys.readouterr().out
+    assert (tmp_path / "uniform.json").is_file()

@@ -7,6 +7,7 @@ Only the standard library at import time, so that parsing arguments stays cheap.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 
@@ -78,22 +79,56 @@ def setup_torch(threads: int | None, device: str) -> str:
     return device
 
 
-def run_command(prog: str, body: Callable[[], str], diverged: type[BaseException]) -> int:
+def _missing_folders(path: str) -> list[str]:
+    """``path`` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    folder = os.path.abspath(path)
+    while not os.path.lexists(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    return missing
+
+
+def _remove_empty(folders: list[str]) -> None:
+    """Remove ``folders`` (deepest first) until one is not an empty folder (the run wrote into it)."""
+    for folder in folders:
+        if not os.path.isdir(folder) or os.listdir(folder):
+            break
+        os.rmdir(folder)
+
+
+def run_command(prog: str, body: Callable[[], str], diverged: type[BaseException], out: str | None = None) -> int:
     """Run ``body`` and print what it returns; map the outcome to an exit status.
 
-    0: done; 1: ``diverged`` was raised; 2: bad input (``ValueError``, ``FileNotFoundError``); 130:
-    interrupted. Messages go to stderr, prefixed with ``prog``.
+    0: done; 1: ``diverged`` was raised; 2: bad input (``ValueError``, ``FileNotFoundError``) or a missing
+    optional dependency; 130: interrupted. Messages go to stderr, prefixed with ``prog``.
+
+    Args:
+        out: the run's output folder. If the run fails, the folders this call created for it are removed
+            while they are still empty, so that a failed run leaves no empty folders behind.
     """
+    created = _missing_folders(out) if out is not None else []
+    status = 0
     try:
         text = body()
     except diverged as e:
         print(f"{prog}: {e}", file=sys.stderr)
-        return 1
+        status = 1
     except (ValueError, FileNotFoundError) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
-        return 2
+        status = 2
+    except ModuleNotFoundError as e:  # an optional dependency (e.g. scipy for SVHN)
+        print(f"{prog}: error: {e}; install it, or all optional dependencies with: "
+              "pip install 'hba-augment[search]'", file=sys.stderr)
+        status = 2
     except KeyboardInterrupt:
         print(f"{prog}: interrupted; continue with the same command and --resume", file=sys.stderr)
-        return 130
+        status = 130
+    except BaseException:
+        _remove_empty(created)
+        raise
+    if status:
+        _remove_empty(created)
+        return status
     print(text)
     return 0

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from hba_augment._io import atomic_open
+from hba_augment.search._presets import BASELINES
 
 __all__ = [
     "BASELINES",
@@ -42,6 +43,7 @@ __all__ = [
     "fingerprint",
     "lr_at",
     "open_run",
+    "plural",
     "restore_counters",
     "restore_rng",
     "rng_state",
@@ -52,15 +54,6 @@ __all__ = [
 ]
 
 LR_SCHEDULES = ("cosine", "step", "constant")
-
-#: The baseline augmentation of each protocol (paper): CIFAR's flip + pad-4 crop + Cutout 16; SVHN's
-#: standardisation only + Cutout 20; reduced ImageNet at 32x32 (whose full-size baseline does not fit
-#: such small images): CIFAR's flip + crop and no Cutout.
-BASELINES: dict[str, dict[str, Any]] = {
-    "cifar10": {"flip": True, "crop_padding": 4, "cutout": 16},
-    "svhn": {"flip": False, "crop_padding": 0, "cutout": 20},
-    "imagenet": {"flip": True, "crop_padding": 4, "cutout": 0},
-}
 
 
 # --------------------------------------------------------------------------------------- augmentation
@@ -291,6 +284,11 @@ def save_checkpoint(state: dict[str, Any], path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- driver
+def plural(count: int, noun: str, plural_noun: str | None = None) -> str:
+    """``"1 epoch"``, ``"2 epochs"``: a count and its noun, in the right number."""
+    return f"{count} {noun if count == 1 else plural_noun or noun + 's'}"
+
+
 def _stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 

@@ -1,7 +1,7 @@
 """``hba-augment search``: run the hypernetwork search and write a schedule.
 
 Every option left unset takes the value of the preset (the paper's settings for the dataset, see
-:data:`hba_augment.search.loop.PRESETS`); ``--preset`` picks another one (e.g. ``--dataset imagefolder
+:data:`hba_augment.search._presets.PRESETS`); ``--preset`` picks another one (e.g. ``--dataset imagefolder
 --preset cifar10`` for the CIFAR-10 JPEG copy).
 """
 
@@ -11,6 +11,7 @@ import argparse
 import shlex
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from hba_augment.search._cli_common import (
     classes,
@@ -22,11 +23,21 @@ from hba_augment.search._cli_common import (
     setup_torch,
 )
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "default_name", "main"]
+
+
+def default_name(out: str, dataset: str, model: str) -> str:
+    """A search's schedule name when ``--name`` is not given: its output folder's name.
+
+    A run is named after what it is, not after its preset (whose name is also a shipped schedule's), so
+    that ``show``, ``repr`` and the plot tell a user's schedule from the shipped one. An output folder
+    without a name (the file-system root) gives ``<dataset>-<model>``.
+    """
+    return Path(out).expanduser().resolve().name or f"{dataset}-{model}"
 
 
 def _preset_table() -> str:
-    from hba_augment.search.loop import DEFAULT_PRESET, PRESETS
+    from hba_augment.search._presets import DEFAULT_PRESET, PRESETS
 
     keys = ("epochs", "train_size", "val_size", "lr", "lr_schedule", "lr_milestones", "wd", "hparam_lr", "flip",
             "crop_padding", "cutout", "image_size", "classes")
@@ -63,7 +74,9 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     g.add_argument("--download", action="store_true", help="download CIFAR/SVHN into --data-dir if missing")
     g = p.add_argument_group("search")
     g.add_argument("--preset", choices=("cifar10", "svhn", "imagenet"),
-                   help="settings preset (default: cifar10 for CIFAR, svhn for SVHN, imagenet for imagefolder)")
+                   help="settings preset (default: cifar10 for CIFAR-10 and CIFAR-100, svhn for SVHN, imagenet "
+                   "for imagefolder). There is no cifar100 preset, unlike 'hba-augment train': the paper "
+                   "searches on Reduced CIFAR-10 only and has no CIFAR-100 search settings")
     g.add_argument("--model", default="wrn-40-2", help="model, e.g. wrn-40-2, wrn-28-10, wrn-10-1 (default: wrn-40-2)")
     g.add_argument("--strategy", choices=strategies, default="first-bn",
                    help="layers that get hyper-layers (default: first-bn)")
@@ -90,9 +103,12 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     g = p.add_argument_group("output")
     g.add_argument("--out", required=True, help="output folder (schedule.json, metrics.jsonl, schedule.png, "
                    "checkpoint.pt)")
-    g.add_argument("--name", help="schedule name (default: the preset's name)")
+    g.add_argument("--name", help="schedule name, shown by 'show', repr and the plot (default: the name of the "
+                   "output folder, e.g. 'demo' for --out runs/demo)")
     g.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt if it exists")
-    g.add_argument("--no-plot", dest="plot", action="store_false", help="do not write schedule.png")
+    g.add_argument("--no-plot", dest="plot", action="store_false",
+                   help="do not write schedule.png (without matplotlib, i.e. without the 'search' extra, the "
+                   "plot is skipped with a warning at the start and everything else is written)")
     g.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                    help="no progress bar (it is shown only on a terminal anyway)")
     return p
@@ -124,7 +140,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "hba-augment search") ->
             channels_last=args.channels_last,
         )
         if args.name is None:
-            config.name = config.preset
+            config.name = default_name(args.out, config.dataset, config.model)
         # Model names are checked before any data is read.
         from hba_augment.search.models import create_model
 
@@ -134,7 +150,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "hba-augment search") ->
                             plot=args.plot)
         return str(result.files["schedule"])
 
-    return run_command(prog, body, SearchDivergedError)
+    return run_command(prog, body, SearchDivergedError, out=args.out)
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

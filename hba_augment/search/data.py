@@ -223,6 +223,8 @@ def load_dataset(
     split = _check_split(name, split)
     image_size = _check_image_size(image_size)
     data_dir = Path(data_dir).expanduser()
+    if name != "imagefolder" and data_dir.is_file():
+        raise ValueError(f"{name}: data_dir {data_dir} is a file; {name} reads a folder{_archive_hint(name, data_dir)}")
     if download:
         _download(name, data_dir, split)
     if name in _CIFAR:
@@ -471,14 +473,30 @@ def _resize_uint8(images: torch.Tensor, size: int) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------------
 
 
+# How the command line spells ``download=True``; messages name both (the library and the CLI share them).
+_DOWNLOAD_FLAG = "--download on the command line"
+_ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
+
+
+def _archive_hint(name: str, path: Path) -> str:
+    """What to do with an archive given as the ``data_dir`` of a CIFAR/SVHN dataset."""
+    if any(path.name == res.filename for res in RESOURCES.get(name, {}).values()):
+        return (f"; for the official archive, pass the folder holding it ({path.parent}) with download=True "
+                f"({_DOWNLOAD_FLAG}): it is checked and extracted there, not fetched again")
+    if not path.name.lower().endswith(_ARCHIVE_SUFFIXES):
+        return ""
+    return ("; an archive of an image-folder tree (one folder per class) is read with "
+            "dataset='imagefolder' (--dataset imagefolder)")
+
+
 def _cifar_folder(name: str, data_dir: Path) -> Path:
     layout = _CIFAR[name]
     for cand in (data_dir / layout.folder, data_dir):
         if (cand / layout.meta).is_file():
             return cand
     raise FileNotFoundError(
-        f"{name}: no {layout.folder}/{layout.meta} under {data_dir}; pass download=True to fetch the "
-        f"official archive ({RESOURCES[name]['train'].url})"
+        f"{name}: no {layout.folder}/{layout.meta} under {data_dir}; pass download=True ({_DOWNLOAD_FLAG}) to "
+        f"fetch the official archive ({RESOURCES[name]['train'].url})"
     )
 
 
@@ -531,7 +549,7 @@ def _load_svhn(data_dir: Path, split: str) -> ImageData:
     path = data_dir / RESOURCES["svhn"][split].filename
     if not path.is_file():
         raise FileNotFoundError(
-            f"svhn: no {path}; pass download=True to fetch it ({RESOURCES['svhn'][split].url})"
+            f"svhn: no {path}; pass download=True ({_DOWNLOAD_FLAG}) to fetch it ({RESOURCES['svhn'][split].url})"
         )
     mat = scipy.io.loadmat(path)
     x, y = mat.get("X"), mat.get("y")

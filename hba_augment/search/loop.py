@@ -54,6 +54,7 @@ from hba_augment._version import __version__
 from hba_augment.functional._table import MAGNITUDE_OPS, OPS
 from hba_augment.schedule import Schedule
 from hba_augment.search import _runner
+from hba_augment.search._presets import DEFAULT_PRESET, PRESETS
 from hba_augment.search._runner import (
     LR_SCHEDULES as LR_SCHEDULES,  # re-exported (this module defined it before _runner existed)
 )
@@ -83,28 +84,6 @@ PLOT_FILE = "schedule.png"
 CHECKPOINT_FILE = "checkpoint.pt"
 _CHECKPOINT_FORMAT = "hba-search-checkpoint"
 _CHECKPOINT_VERSION = 1
-
-#: The paper's search settings (appendix table "Hyperparameters for policy search") plus the baseline
-#: augmentation of each protocol (:data:`hba_augment.search._runner.BASELINES`). ``cifar10`` is also
-#: used for CIFAR-100.
-PRESETS: dict[str, dict[str, Any]] = {
-    "cifar10": {
-        "epochs": 200, "train_size": 4000, "val_size": 10000, "lr": 0.05, "lr_schedule": "cosine",
-        "lr_milestones": (), "wd": 0.005, "hparam_lr": 0.03, **_runner.BASELINES["cifar10"],
-    },
-    "svhn": {
-        "epochs": 160, "train_size": 4000, "val_size": 10000, "lr": 0.01, "lr_schedule": "cosine",
-        "lr_milestones": (), "wd": 0.01, "hparam_lr": 0.02, **_runner.BASELINES["svhn"],
-    },
-    # Reduced ImageNet: 120 classes at 32x32.
-    "imagenet": {
-        "epochs": 270, "train_size": 6000, "val_size": 10000, "lr": 0.1, "lr_schedule": "step",
-        "lr_milestones": (90, 180, 240), "wd": 0.001, "hparam_lr": 0.007, **_runner.BASELINES["imagenet"],
-        "image_size": 32, "classes": 120,
-    },
-}
-#: Preset used for each dataset when none is named.
-DEFAULT_PRESET = {"cifar10": "cifar10", "cifar100": "cifar10", "svhn": "svhn", "imagefolder": "imagenet"}
 
 # Fields that may differ between the run that wrote a checkpoint and the run that resumes it.
 _RESUME_FREE = frozenset({"data_dir", "name", "device"})
@@ -589,7 +568,9 @@ def run_search(
         progress: show a tqdm bar (``None``: only when stderr is a terminal).
         log: receives one line per epoch and status messages (default: print to stderr).
         on_epoch_end: called with each epoch's metrics after its checkpoint is written.
-        plot: write ``schedule.png`` at the end.
+        plot: write ``schedule.png`` at the end. Without matplotlib (an optional dependency, the
+            ``search`` extra) the plot is skipped with a warning given before the first epoch; the
+            other files are written as usual.
 
     Returns:
         :class:`SearchResult`.
@@ -604,6 +585,14 @@ def run_search(
         out_dir, {"schedule": SCHEDULE_FILE, "metrics": METRICS_FILE, "plot": PLOT_FILE, "checkpoint": CHECKPOINT_FILE},
         ("schedule", "checkpoint"), device=config.device, resume=resume, command=command, log=log, what="search",
     )
+    if plot:
+        from hba_augment.search.plot import missing_plot_dependency
+
+        # Checked before any work: a search of hours must not end in an ImportError.
+        missing = missing_plot_dependency()
+        if missing is not None:
+            log(f"warning: {missing}; {PLOT_FILE} will not be written (--no-plot or plot=False silences this)")
+            plot = False
     if data is None:
         train, val, source = _load_data(config)
     else:
@@ -613,8 +602,11 @@ def run_search(
     search.data_source = source
     _runner.start_session(search, files["checkpoint"], resume=resume, epochs=config.epochs, session_start=session_start,
                   log=log, what="search")
+    # One iteration = t_train SGD steps then t_val hyperparameter steps; the metrics count the SGD steps.
     log(f"search: {config.model} ({config.strategy}) on {search.n_train} train / {search.n_val} val images, "
-        f"{config.epochs} epochs x {search.outer_per_epoch} iterations, device {describe_device(search.device)}")
+        f"{_runner.plural(config.epochs, 'epoch')} x {_runner.plural(search.steps_per_epoch, 'SGD step')} "
+        f"({_runner.plural(search.outer_per_epoch, 'iteration')} of {_runner.plural(config.t_train, 'SGD step')} + "
+        f"{_runner.plural(config.t_val, 'hyperparameter step')}), device {describe_device(search.device)}")
 
     def report(metrics: dict[str, Any], remaining: float) -> tuple[str, dict[str, str]]:
         line = (f"epoch {metrics['epoch'] + 1}/{config.epochs}: train loss {metrics['train_loss']:.4f} "
@@ -634,8 +626,13 @@ def run_search(
     if plot:
         from hba_augment.search.plot import plot_schedule
 
-        plot_schedule(schedule, files["plot"])
-    else:
+        try:
+            plot_schedule(schedule, files["plot"])
+        except ImportError as e:  # a broken matplotlib install: the schedule is written, keep it
+            log(f"warning: could not write {files['plot']} ({e}); the schedule is in {files['schedule']}")
+            plot = False
+    if not plot:
         files.pop("plot")
-    log(f"wrote {files['schedule']} ({schedule.epochs} entries, {search.wall_seconds:.0f} s)")
+    log(f"wrote {files['schedule']} ({_runner.plural(schedule.epochs, 'entry', 'entries')}, "
+        f"{search.wall_seconds:.0f} s)")
     return SearchResult(schedule=schedule, metrics=list(search.metrics), out_dir=out, files=files)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import numpy as np
@@ -9,7 +10,18 @@ import numpy as np
 from hba_augment.functional._table import MAGNITUDE_OPS, OP_NAMES, OPS
 from hba_augment.schedule import Schedule
 
-__all__ = ["plot_schedule", "schedule_curves"]
+__all__ = ["missing_plot_dependency", "plot_schedule", "schedule_curves"]
+
+
+def missing_plot_dependency() -> str | None:
+    """``None`` if :func:`plot_schedule` can run, else a one-line reason saying what to install.
+
+    matplotlib is an optional dependency (the ``search`` extra): callers check this before a long run,
+    so that a missing plotting library never costs the run's results.
+    """
+    if importlib.util.find_spec("matplotlib") is None:
+        return "matplotlib is not installed (pip install 'hba-augment[search]')"
+    return None
 
 
 def schedule_curves(schedule: Schedule) -> tuple[np.ndarray, np.ndarray]:
@@ -63,5 +75,6 @@ def plot_schedule(schedule: Schedule, path: str | os.PathLike[str], *, title: st
     ax_p.set_title("(b) Normalised probabilities")
     ax_p.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     ax_p.set_xlim(epochs[0], epochs[-1])
-    fig.suptitle(title if title is not None else f"HBA schedule {schedule.name!r} ({schedule.epochs} epochs)")
+    epochs_text = f"{schedule.epochs} epoch{'' if schedule.epochs == 1 else 's'}"
+    fig.suptitle(title if title is not None else f"HBA schedule {schedule.name!r} ({epochs_text})")
     fig.savefig(os.fspath(path), dpi=100, format="png")

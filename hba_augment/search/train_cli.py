@@ -39,46 +39,50 @@ _POLICY_HELP = (
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
-    # Choices are spelled out here (not imported) so that --help needs no torch import.
+    # Choices are spelled out here (not imported) so that --help needs no torch import. Every help states
+    # its default itself: ArgumentDefaultsHelpFormatter would append a second, raw one ("(default: None)").
     datasets = ("cifar10", "cifar100", "svhn", "imagefolder")
     g = p.add_argument_group("data")
-    g.add_argument("--dataset", choices=datasets, default="cifar10", help="dataset format")
+    g.add_argument("--dataset", choices=datasets, default="cifar10", help="dataset format (default: cifar10)")
     g.add_argument("--data-dir", required=True, help="dataset root (CIFAR: holds cifar-10-batches-py/; "
                    "imagefolder: a tree or a .tar/.tar.gz archive with train/ and test/ or val/)")
     g.add_argument("--train-size", type=positive_int, help="class-balanced subset of the train split (default: all)")
     g.add_argument("--test-size", type=positive_int, help="class-balanced subset of the test split (default: all)")
     g.add_argument("--subset-seed", type=nonneg_int, help="seed of those subsets (default: --seed)")
-    g.add_argument("--image-size", type=positive_int, help="resize images to SIZE x SIZE")
-    g.add_argument("--classes", type=classes, help="use the first N classes, or comma-separated class names")
+    g.add_argument("--image-size", type=positive_int, help="resize images to SIZE x SIZE (default: keep their size)")
+    g.add_argument("--classes", type=classes, help="use the first N classes, or comma-separated class names (default: all)")
     g.add_argument("--download", action="store_true", help="download CIFAR/SVHN into --data-dir if missing")
     g.add_argument("--num-workers", type=nonneg_int,
                    help="DataLoader workers for the per-image torchvision policies (default: min(8, cores - 1); "
                    "results do not depend on it)")
     g = p.add_argument_group("training")
     g.add_argument("--preset", choices=("cifar10", "cifar100", "svhn", "imagenet"),
-                   help="protocol whose settings are the defaults (default: the dataset's; imagenet for imagefolder)")
+                   help="protocol whose settings are the defaults (default: the dataset's; imagenet for imagefolder). "
+                   "cifar100 is a preset here and not in the search command: the paper's evaluation table has "
+                   "CIFAR-100 rows, while its search ran on Reduced CIFAR-10 only")
     g.add_argument("--model", default="wrn-40-2", help="e.g. wrn-40-2, wrn-28-10, shake-shake-26-2x96d, "
-                   "pyramidnet-272-200, resnet-50, alexnet-stn")
+                   "pyramidnet-272-200, resnet-50, alexnet-stn (default: wrn-40-2)")
     g.add_argument("--policy", required=True, metavar="POLICY", help=_POLICY_HELP)
     g.add_argument("--epochs", type=positive_int, help="training epochs (default: the paper's)")
     g.add_argument("--batch-size", type=positive_int, help="batch size (default: the paper's)")
     g.add_argument("--lr", type=nonneg_float, help="initial SGD learning rate (default: the paper's)")
-    g.add_argument("--lr-schedule", choices=("cosine", "step", "constant"), help="learning-rate schedule")
-    g.add_argument("--lr-milestones", type=milestones, help="epochs of the x0.1 drops of --lr-schedule step")
+    g.add_argument("--lr-schedule", choices=("cosine", "step", "constant"), help="learning-rate schedule (default: the preset's)")
+    g.add_argument("--lr-milestones", type=milestones, help="epochs of the x0.1 drops of --lr-schedule step (default: the preset's)")
     g.add_argument("--wd", type=nonneg_float, help="weight decay (default: the paper's)")
     g.add_argument("--cutout", type=nonneg_int, help="Cutout size (default: 16 CIFAR, 20 SVHN, none ImageNet)")
-    g.add_argument("--crop-padding", type=nonneg_int, help="padding of the baseline's random crop (0: no crop)")
+    g.add_argument("--crop-padding", type=nonneg_int, help="padding of the baseline's random crop, 0 for no crop (default: 4, 0 for SVHN)")
     g.add_argument("--no-flip", dest="flip", action="store_false", default=None,
-                   help="no random horizontal flip in the baseline")
-    g.add_argument("--seed", type=nonneg_int, default=0, help="seed of the model and all random draws")
-    g.add_argument("--device", default="auto", help="torch device; auto = cuda if available, else cpu")
+                   help="no random horizontal flip in the baseline (default: flip, except for SVHN)")
+    g.add_argument("--seed", type=nonneg_int, default=0, help="seed of the model and all random draws (default: 0)")
+    g.add_argument("--device", default="auto", help="torch device (default: auto = cuda if available, else cpu)")
     g.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's choice)")
-    g.add_argument("--amp", action="store_true", default=None, help="bfloat16 autocast (GPUs)")
+    g.add_argument("--amp", action="store_true", default=None, help="bfloat16 autocast (GPUs; default: off)")
     g.add_argument("--no-channels-last", dest="channels_last", action="store_false", default=None,
-                   help="keep the model in NCHW memory format")
+                   help="keep the model in NCHW memory format (default: channels-last)")
     g.add_argument("--eval-every", type=nonneg_int, default=10,
-                   help="test every N epochs (0: only after the last epoch, which is always tested)")
-    g.add_argument("--eval-batch-size", type=positive_int, default=500, help="batch size of testing")
+                   help="test every N epochs, 0 for only after the last epoch, which is always tested "
+                   "(default: 10)")
+    g.add_argument("--eval-batch-size", type=positive_int, default=500, help="batch size of testing (default: 500)")
     g = p.add_argument_group("output")
     g.add_argument("--out", required=True, help="output folder: result.json, history.jsonl, checkpoint.pt")
     g.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt if it exists")
@@ -90,8 +94,7 @@ def add_train_parser(subparsers: Any, prog: str | None = None) -> argparse.Argum
     """Add the ``train`` subcommand to an ``argparse`` subparsers object; returns its parser."""
     kwargs = {"prog": prog} if prog else {}
     p = subparsers.add_parser("train", help="train a network with a policy and report its test error",
-                              description=_DESCRIPTION, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                              **kwargs)
+                              description=_DESCRIPTION, **kwargs)
     _add_arguments(p)
     p.set_defaults(func=run_train)
     return p
@@ -99,8 +102,7 @@ def add_train_parser(subparsers: Any, prog: str | None = None) -> argparse.Argum
 
 def build_parser(prog: str = "hba-augment train") -> argparse.ArgumentParser:
     """The argument parser of ``hba-augment train``."""
-    p = argparse.ArgumentParser(prog=prog, description=_DESCRIPTION,
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(prog=prog, description=_DESCRIPTION)
     _add_arguments(p)
     return p
 
@@ -128,7 +130,7 @@ def run_train(args: argparse.Namespace, prog: str = "hba-augment train", command
                                     progress=args.progress)
         return f"test error {result.test_error:.2f}% (test loss {result.test_loss:.4f}): {result.files['result']}"
 
-    return run_command(prog, body, TrainingDivergedError)
+    return run_command(prog, body, TrainingDivergedError, out=args.out)
 
 def main(argv: Sequence[str] | None = None, prog: str = "hba-augment train") -> int:
     """Entry point (``hba-augment train ...``); returns the process exit status."""
