@@ -1,9 +1,12 @@
 """How closely the op kernels of ``hba_augment.functional`` agree with the PIL calls of SPEC section 1.
 
 On lossless CIFAR-10 images (``data_batch_1`` of the official python layout) this applies every op over a
-grid of magnitudes, once with the kernel (on a uint8 batch, NEAREST, fill 0) and once with PIL image by
-image, and reports, in 8-bit levels, the largest and the mean absolute difference and the fraction of
-pixels (any channel) that differ. Cutout has no PIL call (its structure is checked exactly in
+grid of magnitudes, once with the kernel (on a uint8 batch, fill 0, NEAREST or with ``--interpolation
+bilinear`` BILINEAR) and once with PIL image by image (the same resampling filter), and reports, in 8-bit
+levels, the largest and the mean absolute difference and the fraction of pixels (any channel) that
+differ. Interpolation changes the geometric ops only; with BILINEAR the kernels (``grid_sample``) and
+PIL round the interpolated value differently on some pixels (one level at most). PIL images augmented by
+HBAPolicy go through PIL's own BILINEAR, so they get PIL's values. Cutout has no PIL call (its structure is checked exactly in
 tests/test_ops_pil.py) and is listed as such.
 
 Conventions (as tests/test_ops_pil.py): TranslateX m is PIL ``AFFINE (1, 0, round(m W), 0, 1, 0)`` (the
@@ -13,7 +16,8 @@ bits (m = 8, 0 bits: black, through PIL's former lookup table since Pillow 11 re
 
 Usage::
 
-    python benchmarks/pil_agreement.py [--data-dir DIR] [--n-images 1000] [--dtype uint8|float32] [--out FILE.md]
+    python benchmarks/pil_agreement.py [--data-dir DIR] [--n-images 1000] [--dtype uint8|float32]
+        [--interpolation nearest|bilinear] [--out FILE.md]
 """
 
 from __future__ import annotations
@@ -30,10 +34,13 @@ import numpy as np
 import PIL
 import torch
 from PIL import Image, ImageEnhance, ImageOps
+from torchvision.transforms import InterpolationMode
 
 from hba_augment.functional import OPS, apply_op
 
 NEAREST = Image.Resampling.NEAREST
+#: PIL's filter and the kernels' mode for each ``--interpolation``.
+RESAMPLE = {"nearest": (NEAREST, InterpolationMode.NEAREST), "bilinear": (Image.Resampling.BILINEAR, InterpolationMode.BILINEAR)}
 AFFINE = Image.Transform.AFFINE
 #: Points of each op's range [low, high] where it is measured (signed ops: with both signs). No point
 #: gives a rounding tie for the 32-pixel translations or for Posterize's bits.
@@ -61,25 +68,26 @@ def _posterize(img: Image.Image, bits: int) -> Image.Image:
     return ImageOps.posterize(img, bits)
 
 
+# op(img, magnitude, resample): the geometric ops resample with the given filter.
 PIL_REFERENCE = {
-    "ShearX": lambda img, m: img.transform(img.size, AFFINE, (1, m, 0, 0, 1, 0), resample=NEAREST, fillcolor=0),
-    "ShearY": lambda img, m: img.transform(img.size, AFFINE, (1, 0, 0, m, 1, 0), resample=NEAREST, fillcolor=0),
-    "TranslateX": lambda img, m: img.transform(
-        img.size, AFFINE, (1, 0, round(m * img.size[0]), 0, 1, 0), resample=NEAREST, fillcolor=0
+    "ShearX": lambda img, m, rs: img.transform(img.size, AFFINE, (1, m, 0, 0, 1, 0), resample=rs, fillcolor=0),
+    "ShearY": lambda img, m, rs: img.transform(img.size, AFFINE, (1, 0, 0, m, 1, 0), resample=rs, fillcolor=0),
+    "TranslateX": lambda img, m, rs: img.transform(
+        img.size, AFFINE, (1, 0, round(m * img.size[0]), 0, 1, 0), resample=rs, fillcolor=0
     ),
-    "TranslateY": lambda img, m: img.transform(
-        img.size, AFFINE, (1, 0, 0, 0, 1, round(m * img.size[1])), resample=NEAREST, fillcolor=0
+    "TranslateY": lambda img, m, rs: img.transform(
+        img.size, AFFINE, (1, 0, 0, 0, 1, round(m * img.size[1])), resample=rs, fillcolor=0
     ),
-    "Rotate": lambda img, m: img.rotate(m, resample=NEAREST, fillcolor=0),
-    "AutoContrast": lambda img, m: ImageOps.autocontrast(img),
-    "Invert": lambda img, m: ImageOps.invert(img),
-    "Equalize": lambda img, m: ImageOps.equalize(img),
-    "Solarize": lambda img, m: ImageOps.solarize(img, 256 - m),
-    "Posterize": lambda img, m: _posterize(img, 8 - round(m)),
-    "Contrast": lambda img, m: ImageEnhance.Contrast(img).enhance(m),
-    "Color": lambda img, m: ImageEnhance.Color(img).enhance(m),
-    "Brightness": lambda img, m: ImageEnhance.Brightness(img).enhance(m),
-    "Sharpness": lambda img, m: ImageEnhance.Sharpness(img).enhance(m),
+    "Rotate": lambda img, m, rs: img.rotate(m, resample=rs, fillcolor=0),
+    "AutoContrast": lambda img, m, rs: ImageOps.autocontrast(img),
+    "Invert": lambda img, m, rs: ImageOps.invert(img),
+    "Equalize": lambda img, m, rs: ImageOps.equalize(img),
+    "Solarize": lambda img, m, rs: ImageOps.solarize(img, 256 - m),
+    "Posterize": lambda img, m, rs: _posterize(img, 8 - round(m)),
+    "Contrast": lambda img, m, rs: ImageEnhance.Contrast(img).enhance(m),
+    "Color": lambda img, m, rs: ImageEnhance.Color(img).enhance(m),
+    "Brightness": lambda img, m, rs: ImageEnhance.Brightness(img).enhance(m),
+    "Sharpness": lambda img, m, rs: ImageEnhance.Sharpness(img).enhance(m),
 }
 
 
@@ -92,18 +100,22 @@ def magnitude_grid(spec) -> list[float | None]:
     return values
 
 
-def pil_batch(pil_images: list[Image.Image], op: str, magnitude) -> torch.Tensor:
-    out = [np.asarray(PIL_REFERENCE[op](img, magnitude)) for img in pil_images]
+def pil_batch(pil_images: list[Image.Image], op: str, magnitude, interpolation: str = "nearest") -> torch.Tensor:
+    resample = RESAMPLE[interpolation][0]
+    out = [np.asarray(PIL_REFERENCE[op](img, magnitude, resample)) for img in pil_images]
     return torch.from_numpy(np.stack(out)).permute(0, 3, 1, 2)
 
 
-def measure(images: torch.Tensor, pil_images, op: str, magnitude, dtype: torch.dtype) -> dict:
-    ref = pil_batch(pil_images, op, magnitude).double()
+def measure(
+    images: torch.Tensor, pil_images, op: str, magnitude, dtype: torch.dtype, interpolation: str = "nearest"
+) -> dict:
+    ref = pil_batch(pil_images, op, magnitude, interpolation).double()
+    mode = RESAMPLE[interpolation][1]
     if dtype == torch.uint8:
-        out = apply_op(images, op, magnitude).double()
+        out = apply_op(images, op, magnitude, interpolation=mode).double()
         differing = (out != ref).any(dim=1)
     else:
-        out = apply_op(images.to(dtype) / 255, op, magnitude).double() * 255
+        out = apply_op(images.to(dtype) / 255, op, magnitude, interpolation=mode).double() * 255
         # A float result "differs" where it is more than one level (plus float32 rounding) from PIL's value.
         differing = ((out - ref).abs() > 1 + 1e-3).any(dim=1)
     diff = (out - ref).abs()
@@ -158,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, default=default_data_dir(), help="shared data folder (default: %(default)s)")
     parser.add_argument("--n-images", type=int, default=1000, help="images of data_batch_1 to use (default: %(default)s)")
     parser.add_argument("--dtype", choices=["uint8", "float32"], default="uint8", help="kernel input dtype (default: uint8)")
+    parser.add_argument("--interpolation", choices=list(RESAMPLE), default="nearest",
+                        help="resampling of the geometric ops, kernel and PIL alike (default: %(default)s)")
     parser.add_argument("--detail", action="store_true", help="also print one row per (op, magnitude)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads (default: %(default)s; tiny images gain nothing from more)")
@@ -170,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     pil_images = [Image.fromarray(np.ascontiguousarray(img.permute(1, 2, 0).numpy()), mode="RGB") for img in images]
     start = time.perf_counter()
     rows = [
-        measure(images, pil_images, spec.name, m, dtype)
+        measure(images, pil_images, spec.name, m, dtype, args.interpolation)
         for spec in OPS
         if spec.name in PIL_REFERENCE
         for m in magnitude_grid(spec)
@@ -179,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
 
     context = (
         f"{args.n_images} lossless CIFAR-10 images (data_batch_1), kernel input {args.dtype}, "
-        f"NEAREST, fill 0; torch {torch.__version__}, Pillow {PIL.__version__}, Python {platform.python_version()}; "
+        f"{args.interpolation.upper()}, fill 0; torch {torch.__version__}, Pillow {PIL.__version__}, Python {platform.python_version()}; "
         f"{len(rows)} (op, magnitude) settings in {seconds:.1f} s"
     )
     summary = markdown(rows, dtype, args.detail)

@@ -3,11 +3,14 @@
 What is timed (RGB uint8 images, one row each, at every ``--sizes``):
 
 - HBAPolicy on a batched ``(B, 3, H, W)`` tensor (CPU; CUDA too when available, plus ``--cuda-batch``);
-- HBAPolicy image by image: PIL images, and ``(3, H, W)`` tensors;
+- HBAPolicy image by image: PIL images (through PIL's own operations, ``functional/_pil.py``), and
+  ``(3, H, W)`` tensors;
 - torchvision v2 AutoAugment (CIFAR10 policy), RandAugment and TrivialAugmentWide image by image, on PIL
   and on tensors, and v1 AutoAugment on PIL;
 - ``kornia.augmentation.auto.AutoAugment`` on the batch (float32 in [0, 1]: kornia takes no uint8);
-- the per-image PIL implementation of PBA's template (``benchmarks/reference_pba.py``), what PBA does.
+- the per-image PIL implementation of PBA's template (``benchmarks/reference_pba.py``), what PBA does;
+- HBAPolicy on the batch as float32 in [0, 1], and, alone, the check of float images' range (values in
+  [0, 1], no NaN or inf) that it makes on the CPU (issue 11), on the batch and image by image.
 
 HBAPolicy and the PBA reference use the same schedule: ``Schedule.constant`` with all 30 slots at p = 0.5
 and every magnitude at the middle of its range, count_probs (0.2, 0.3, 0.5). The images are the first B
@@ -58,6 +61,7 @@ from reference_pba import PBATemplate  # noqa: E402
 from hba_augment import HBAPolicy, Schedule  # noqa: E402
 from hba_augment.functional import OPS  # noqa: E402
 from hba_augment.functional._augment import draw_one  # noqa: E402
+from hba_augment.functional._validation import check_float_range  # noqa: E402
 
 
 def default_data_dir() -> Path:
@@ -201,6 +205,15 @@ def candidates(images: torch.Tensor, per_image: int, args: argparse.Namespace) -
     rows.append(
         Candidate("kornia AutoAugment, batched", f"float tensor (B={b})", "cpu", b, lambda: kornia_aa(floats))
     )
+    # The range check of float images (CPU only: on a GPU it would cost a host synchronisation per call).
+    float_singles = [x.float() / 255 for x in singles]
+    rows += [
+        Candidate("HBAPolicy, batched", f"float tensor (B={b})", "cpu", b, lambda: hba(floats)),
+        Candidate("float range check alone", f"float tensor (B={b})", "cpu", b, lambda: check_float_range(floats)),
+        Candidate(
+            "float range check alone", "float tensor", "cpu", per_image, lambda: [check_float_range(x) for x in float_singles]
+        ),
+    ]
     if torch.cuda.is_available() and not args.no_cuda:
         cuda = images.cuda()
         rows.append(

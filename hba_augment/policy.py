@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import math
 import os
 from typing import Any
 
+import numpy as np
 import PIL.Image
 import torch
 from torch import Tensor
@@ -13,17 +16,24 @@ from torchvision import tv_tensors
 from torchvision.transforms import InterpolationMode
 
 from . import pretrained
+from ._targets import TARGETS, move_target
 from .functional import augment
-from .functional._augment import augment_drawn, draw_one
-from .functional._validation import fill_levels, interpolation_mode
+from .functional._augment import draw_one
+from .functional._pil import augment_pil
+from .functional._validation import CHANNELS, check_channels, interpolation_mode
 from .schedule import Schedule, _check_int
 
 __all__ = ["HBAPolicy"]
 
 _PIL_MODES = ("L", "RGB")
-# Inputs whose geometry would have to follow the image's; HBAPolicy cannot transform them consistently.
-_UNSUPPORTED = tuple(
-    getattr(tv_tensors, name) for name in ("BoundingBoxes", "Mask", "KeyPoints", "Video") if hasattr(tv_tensors, name)
+# What a sample's one image may be (a pure tensor too, when there is none of these).
+_IMAGES = (PIL.Image.Image, tv_tensors.Image, tv_tensors.Video)
+Fill = float | int | list[float] | tuple[float, ...] | None
+
+_NO_SCRIPT = (
+    "HBAPolicy cannot be scripted or traced with TorchScript (torch.jit is deprecated from torch 2.14, and "
+    "torchvision's v2-only transforms do not script either): call it eagerly, e.g. in the Dataset's "
+    "transform or on the batch in the training loop"
 )
 
 
@@ -71,17 +81,46 @@ def _is_pure_tensor(x: Any) -> bool:
 
 
 def _check_fill(fill: Any) -> Any:
+    """What can be checked before the images are seen: numbers in [0, 255], one or one per channel (1 or
+    3 channels), or torchvision v2's dict form ``{type: fill, "others": fill}`` of such fills. Whether a
+    value fits the image's scale ([0, 1] for float images) is checked on each call."""
+    if isinstance(fill, dict):
+        for key, value in fill.items():
+            if not (isinstance(key, type) or key == "others"):
+                raise ValueError(f'fill dict keys must be types (e.g. tv_tensors.Image) or "others", got {key!r}')
+            _check_fill_value(value, f"fill[{getattr(key, '__name__', key)}]")
+        return fill
+    _check_fill_value(fill, "fill")
+    return fill
+
+
+def _check_fill_value(fill: Any, what: str) -> None:
     def ok(v: Any) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v <= 255.0
 
     if fill is None or ok(fill):
-        return fill
+        return
     if isinstance(fill, (list, tuple)) and fill and all(ok(v) for v in fill):
-        return fill
+        if len(fill) in CHANNELS:
+            return
+        raise ValueError(
+            f"{what} must have one value or one per channel (images have 1 or 3 channels), "
+            f"got {len(fill)} values: {fill!r}"
+        )
     raise ValueError(
-        "fill must be None, a number or a sequence of one number per channel, in [0, 255] for uint8 and "
+        f"{what} must be None, a number or a sequence of one number per channel, in [0, 255] for uint8 and "
         f"PIL images or [0, 1] for float images, got {fill!r}"
     )
+
+
+def _schedule_digest(schedule: Schedule) -> str:
+    """A content hash of what the policy draws from: every entry's prob and mag (NaN, where an op has no
+    magnitude, as -1) and count_probs. The name is stored beside it, for the message."""
+    digest = hashlib.sha256()
+    mag = np.nan_to_num(schedule.mag.astype("<f8"), nan=-1.0)
+    for part in (schedule.prob.astype("<f8"), mag, np.asarray(schedule.count_probs, dtype="<f8")):
+        digest.update(part.tobytes())
+    return digest.hexdigest()[:16]
 
 
 def _resolve_policy(policy: str | os.PathLike[str] | Schedule) -> Schedule:
@@ -120,10 +159,20 @@ class HBAPolicy(torch.nn.Module):
     - tensors ``[..., C, H, W]``, uint8 in ``[0, 255]`` or float in ``[0, 1]``, on any device, in; same dtype,
       shape and device out. Every image of the leading dimensions gets its own draws, so a whole batch
       can be augmented on the GPU in one call;
-    - ``tv_tensors.Image`` stays an Image. Like the v2 transforms, a sample such as ``(image, label)`` or
-      a dict may be passed: the one image in it is augmented and everything else passes through (a pure
-      tensor counts as the image only if there is no PIL image or ``tv_tensors.Image``, and only the
-      first one). Bounding boxes, masks, key points and videos raise ``TypeError``.
+    - ``tv_tensors.Image`` stays an Image; ``tv_tensors.Video`` ``[..., T, C, H, W]`` stays a Video, each
+      video drawing once for all its frames (as torchvision's auto-augment transforms). Like the v2
+      transforms, a sample such as ``(image, label)`` or a dict may be passed: the one image (or video) in
+      it is augmented and everything else passes through (a pure tensor counts as the image only if there
+      is no PIL image, ``tv_tensors.Image`` or ``Video``, and only the first one);
+    - with an image, ``tv_tensors.BoundingBoxes``, ``Mask`` and ``KeyPoints`` follow its geometric ops
+      (shear, translate, rotate; per image in a batch, for masks): torchvision's kernels move boxes and
+      key points, the image's own NEAREST warp moves masks; pointwise ops and Cutout leave them alone.
+      Alone they raise ``TypeError``, as do other tv_tensors.
+
+    Float tensors must hold values in ``[0, 1]``: checked on the CPU; on other devices nothing is checked
+    (a check would cost a host synchronisation on every call) and values outside give undefined results.
+    Tensors with other than 1 or 3 channels raise ``ValueError``; images without pixels are returned
+    unchanged (as torchvision's). TorchScript (``torch.jit.script`` / ``trace``) is not supported.
 
     Epochs: call :meth:`set_epoch` (or :meth:`step`) in the training loop before iterating the
     DataLoader. The epoch lives in shared memory, so DataLoader worker processes, persistent or not,
@@ -139,23 +188,31 @@ class HBAPolicy(torch.nn.Module):
             :class:`~hba_augment.Schedule`. A string is looked up as a shipped name first.
         total_epochs (int, optional): length of the training run the schedule is stretched to; ``None``
             uses the schedule's own number of epochs. Epochs past the end use the last entry.
-        interpolation (InterpolationMode): ``InterpolationMode.NEAREST`` (default, as AutoAugment) or
-            ``InterpolationMode.BILINEAR``, for the geometric ops.
-        fill (number or sequence of numbers, optional): value of the pixels uncovered by geometric ops
-            and of the Cutout patch, on the images' own scale (0..255 for uint8 and PIL, 0..1 for float);
-            one number, or one per channel. ``None`` means 0 (black).
+        interpolation (InterpolationMode or int): ``InterpolationMode.NEAREST`` (default, as
+            AutoAugment) or ``InterpolationMode.BILINEAR``, for the geometric ops; Pillow's constants
+            (``PIL.Image.NEAREST`` / ``BILINEAR``, ``PIL.Image.Resampling`` members) are accepted too.
+        fill (number, sequence of numbers or dict, optional): value of the pixels uncovered by geometric
+            ops and of the Cutout patch, on the images' own scale (0..255 for uint8 and PIL, 0..1 for
+            float); one number, or one per channel. ``None`` means 0 (black). As in torchvision v2, a dict
+            ``{type: fill}`` (keys such as ``tv_tensors.Image``, ``torch.Tensor``, ``PIL.Image.Image``,
+            ``tv_tensors.Video``, ``tv_tensors.Mask``, or ``"others"``) gives each input type its own fill;
+            a mask's fill is one label.
 
     Raises:
         ValueError: for an unknown policy name, an invalid schedule file, ``total_epochs`` < 1, an
             interpolation other than NEAREST or BILINEAR, or a bad ``fill``.
     """
 
+    def __prepare_scriptable__(self) -> HBAPolicy:
+        # torch.jit.script calls this first: a clear error instead of one from TorchScript's internals.
+        raise RuntimeError(_NO_SCRIPT)
+
     def __init__(
         self,
         policy: str | os.PathLike[str] | Schedule = "cifar10",
         total_epochs: int | None = None,
         interpolation: InterpolationMode = InterpolationMode.NEAREST,
-        fill: float | int | list[float] | tuple[float, ...] | None = None,
+        fill: Fill | dict[type | str, Fill] = None,
     ) -> None:
         super().__init__()
         # One check for the whole package (raises ValueError for anything but NEAREST / BILINEAR).
@@ -200,85 +257,177 @@ class HBAPolicy(torch.nn.Module):
 
     # ------------------------------------------------------------------ transform
     def forward(self, *inputs: Any, generator: torch.Generator | None = None) -> Any:
-        """Augment an image, a batch of images, or the image of a sample.
+        """Augment an image, a batch of images, a video, or the image of a sample (and its targets).
 
         Args:
-            inputs: a PIL image, a tensor ``[..., C, H, W]``, a ``tv_tensors.Image``, or a sample
-                (tuple/list/dict) holding exactly one of them.
+            inputs: a PIL image, a tensor ``[..., C, H, W]``, a ``tv_tensors.Image`` or ``Video``, or a
+                sample (tuple/list/dict) holding exactly one of them, and optionally its
+                ``BoundingBoxes``, ``Mask`` and ``KeyPoints``.
             generator (torch.Generator, optional): random stream on the images' device; default torch's.
 
         Returns:
             The augmented image(s), of the input's type, mode, dtype, shape and device; or the sample
-            with its image replaced.
+            with its image (and targets) replaced.
+
+        Raises:
+            TypeError: no image, several images, or an unsupported input type (named).
+            ValueError: a bad image (shape, channels, dtype, float range, PIL mode) or fill.
         """
+        if torch.jit.is_tracing():
+            raise RuntimeError(_NO_SCRIPT)
         if len(inputs) == 1 and isinstance(inputs[0], (Tensor, PIL.Image.Image)):
             return self._augment_image(inputs[0], generator)
         if not inputs:
             raise TypeError("HBAPolicy() needs an image")
         flat, spec = tree_flatten(inputs if len(inputs) > 1 else inputs[0])
-        explicit = any(isinstance(x, (tv_tensors.Image, PIL.Image.Image)) for x in flat)
-        found = []
+        explicit = any(isinstance(x, _IMAGES) for x in flat)
+        found, targets = [], []
         for i, x in enumerate(flat):
-            if isinstance(x, _UNSUPPORTED):
-                raise TypeError(f"Inputs of type {type(x).__name__} are not supported by HBAPolicy()")
-            if isinstance(x, (tv_tensors.Image, PIL.Image.Image)) or (_is_pure_tensor(x) and not explicit and not found):
+            if isinstance(x, TARGETS):
+                targets.append(i)
+            elif isinstance(x, _IMAGES) or (_is_pure_tensor(x) and not explicit and not found):
                 found.append(i)
-        if len(found) != 1:
+            elif isinstance(x, tv_tensors.TVTensor):
+                raise TypeError(f"Inputs of type {type(x).__name__} are not supported by HBAPolicy()")
+        if len(inputs) == 1 and len(flat) == 1 and flat[0] is inputs[0] and not found:
+            kind = type(inputs[0])
+            hint = " (a numpy array: torch.from_numpy(a).permute(2, 0, 1) for H x W x C)" if kind is np.ndarray else ""
             raise TypeError(
-                f"HBAPolicy() augments a single image (PIL, tensor or tv_tensors.Image) per sample, found {len(found)}"
+                f"Inputs of type {kind.__module__}.{kind.__qualname__} are not supported by HBAPolicy(): it takes "
+                f"PIL images, tensors [..., C, H, W], tv_tensors.Image or Video, or samples holding one{hint}"
             )
-        flat[found[0]] = self._augment_image(flat[found[0]], generator)
+        if len(found) != 1:
+            kinds = sorted({type(x).__name__ for x in flat})
+            raise TypeError(
+                "HBAPolicy() augments a single image (PIL, tensor, tv_tensors.Image or Video) per sample, "
+                f"found {len(found)} among inputs of type {', '.join(kinds)}"
+            )
+        if targets:
+            moved = self._augment_with_targets(flat[found[0]], [flat[i] for i in targets], generator)
+            for i, x in zip([found[0], *targets], moved, strict=True):
+                flat[i] = x
+        else:
+            flat[found[0]] = self._augment_image(flat[found[0]], generator)
         return tree_unflatten(flat, spec)
 
     def _augment_image(self, img: Tensor | PIL.Image.Image, generator: torch.Generator | None) -> Any:
         if isinstance(img, PIL.Image.Image):
             return self._augment_pil(img, generator)
+        if isinstance(img, tv_tensors.Video):
+            # One draw per video for all its frames: frames = T of [..., T, C, H, W].
+            out = self._augment_tensor(img.as_subclass(Tensor), generator, self._fill_for(img), frames=img.shape[-4])
+            return tv_tensors.wrap(out, like=img)
         if isinstance(img, tv_tensors.Image):
-            return tv_tensors.wrap(self._augment_tensor(img.as_subclass(Tensor), generator), like=img)
-        return self._augment_tensor(img, generator)
+            return tv_tensors.wrap(self._augment_tensor(img.as_subclass(Tensor), generator, self._fill_for(img)), like=img)
+        if isinstance(img, tv_tensors.TVTensor):
+            # A Mask, boxes, key points, ...: never augmented as if they were images.
+            alone = " on their own (pass them with their image)" if isinstance(img, TARGETS) else ""
+            raise TypeError(f"Inputs of type {type(img).__name__} are not supported by HBAPolicy(){alone}")
+        return self._augment_tensor(img, generator, self._fill_for(img))
+
+    def _augment_with_targets(
+        self, img: Tensor | PIL.Image.Image, targets: list[Tensor], generator: torch.Generator | None
+    ) -> list[Any]:
+        """Augment ``img`` and move ``targets`` with its geometric ops: ``[image, *targets]``."""
+        if isinstance(img, tv_tensors.Video):
+            raise TypeError(
+                f"Inputs of type {type(targets[0]).__name__} are not supported by HBAPolicy() with a Video"
+            )
+        if isinstance(img, PIL.Image.Image):
+            if img.mode not in _PIL_MODES:
+                raise ValueError(f"PIL images must have mode 'L' or 'RGB', got {img.mode!r}; convert them first")
+            # Through the tensor path, which reports the geometry: the same draws and pixels as for the
+            # PIL image alone.
+            batch, matrices = self._augment_tensor(
+                _pil_to_batch(img), generator, self._fill_for(img), return_matrices=True
+            )
+            out, lead, canvas = _batch_to_pil(batch, img.mode), (), (img.height, img.width)
+        else:
+            data = img.as_subclass(Tensor)
+            out, matrices = self._augment_tensor(data, generator, self._fill_for(img), return_matrices=True)
+            out = tv_tensors.wrap(out, like=img) if isinstance(img, tv_tensors.Image) else out
+            lead, canvas = tuple(data.shape[:-3]), tuple(data.shape[-2:])
+        return [out, *(move_target(t, matrices, lead, canvas, self._fill_for(t)) for t in targets)]
 
     def _augment_pil(self, img: PIL.Image.Image, generator: torch.Generator | None) -> PIL.Image.Image:
         if img.mode not in _PIL_MODES:
             raise ValueError(f"PIL images must have mode 'L' or 'RGB', got {img.mode!r}; convert them first")
-        # The template first: an image that draws no op (20% under issue 6's stress schedule, 39-50% under
-        # the shipped cifar10 one) is copied as it is, without the conversions to a tensor and back. Same
-        # draws as the tensor path.
+        # As torchvision: PIL images go through PIL's own operations, with the tensor path's draws (its
+        # template, then Cutout's centres), hence its pixels (functional/_pil.py).
         prob, mag = self.policy_at("cpu")
         drawn = draw_one(prob, mag, self.schedule.count_probs, generator=generator)
-        if not drawn.entries:
-            fill_levels(self.fill, len(img.getbands()), True, torch.device("cpu"), torch.float32)  # reports a bad fill
-            return img.copy()
-        out = augment_drawn(
-            _pil_to_batch(img), drawn, fill=self.fill, interpolation=self.interpolation, generator=generator
-        )
-        return _batch_to_pil(out, img.mode)
+        return augment_pil(img, drawn, fill=self._fill_for(img), interpolation=self.interpolation, generator=generator)
 
-    def _augment_tensor(self, img: Tensor, generator: torch.Generator | None) -> Tensor:
+    def _augment_tensor(
+        self,
+        img: Tensor,
+        generator: torch.Generator | None,
+        fill: Fill = None,
+        frames: int = 1,
+        return_matrices: bool = False,
+    ) -> Any:
+        """``img`` ``[..., C, H, W]`` (a video: ``[..., T, C, H, W]`` with ``frames = T``), one draw per
+        image (video); with ``return_matrices``, also the ``(N, 2, 3)`` geometry of its N images."""
         if img.ndim < 3:
             raise ValueError(f"image tensors must have shape [..., C, H, W], got {tuple(img.shape)}")
         if img.dtype != torch.uint8 and not img.dtype.is_floating_point:
             raise ValueError(f"image tensors must be uint8 or floating point, got dtype {img.dtype}")
-        batch = img.reshape(-1, *img.shape[-3:])
-        return self._augment_batch(batch, generator).reshape(img.shape)
+        check_channels(img.shape, "image tensors")  # before the reshape, which would hide an HWC shape
+        batch = img.reshape(math.prod(img.shape[:-3]), *img.shape[-3:])  # (-1 is ambiguous without pixels)
+        out = self._augment_batch(batch, generator, fill, frames=frames, return_matrices=return_matrices)
+        if return_matrices:
+            return out[0].reshape(img.shape), out[1]
+        return out.reshape(img.shape)
 
-    def _augment_batch(self, batch: Tensor, generator: torch.Generator | None) -> Tensor:
+    def _augment_batch(
+        self,
+        batch: Tensor,
+        generator: torch.Generator | None,
+        fill: Fill = None,
+        frames: int = 1,
+        return_matrices: bool = False,
+    ) -> Any:
         prob, mag = self.policy_at(batch.device)
         return augment(
             batch,
             prob,
             mag,
             self.schedule.count_probs,
-            fill=self.fill,
+            fill=fill,
             interpolation=self.interpolation,
             generator=generator,
+            frames=frames,
+            return_matrices=return_matrices,
         )
 
-    # ------------------------------------------------------------------ state
-    def get_extra_state(self) -> dict[str, int]:
-        # The epoch goes into state_dict() so a checkpointed run resumes on the right entry.
-        return {"epoch": self.epoch}
+    def _fill_for(self, inpt: Any) -> Fill:
+        """The fill for ``inpt``: ``fill`` itself, or, from its dict form, as torchvision v2 looks it up:
+        the input's exact type (``PIL.Image.Image`` for any PIL image), then ``"others"``, else ``None``."""
+        fill = self.fill
+        if not isinstance(fill, dict):
+            return fill
+        if type(inpt) in fill:
+            return fill[type(inpt)]
+        if isinstance(inpt, PIL.Image.Image) and PIL.Image.Image in fill:
+            return fill[PIL.Image.Image]
+        return fill.get("others")
 
-    def set_extra_state(self, state: dict[str, int]) -> None:
+    # ------------------------------------------------------------------ state
+    def get_extra_state(self) -> dict[str, Any]:
+        # The epoch goes into state_dict() so that a checkpointed run resumes on the right entry, the
+        # schedule's identity so that it resumes on the same schedule.
+        return {"epoch": self.epoch, "schedule": self.schedule.name, "schedule_sha256": _schedule_digest(self.schedule)}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore the epoch. Raises ``ValueError`` if the state was saved with another schedule (states
+        saved before the schedule's identity was stored, with the epoch alone, still load)."""
+        saved, mine = state.get("schedule_sha256"), _schedule_digest(self.schedule)
+        if saved is not None and saved != mine:
+            raise ValueError(
+                f"this HBAPolicy state was saved with schedule {state.get('schedule')!r} (content {saved}), "
+                f"but this policy follows schedule {self.schedule.name!r} (content {mine}): build the policy "
+                "from the schedule the state was saved with"
+            )
         self.set_epoch(state["epoch"])
 
     def __getstate__(self) -> dict[str, Any]:

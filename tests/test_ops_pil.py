@@ -250,6 +250,8 @@ class _GeometricCase(_PILCase):
             f"{self.OP} magnitude={magnitude} BILINEAR: max diff {diff.max().item():.0f} levels, "
             f"{(diff > 1).double().mean().item():.2%} of values off by more than one level"
         )
+        # Truncated as PIL truncates: only float32-vs-double coordinate ties differ (rounding: ~40%).
+        assert (diff > 0).double().mean().item() < 0.03
 
     def test_default_fill_is_black(self, cifar_images):
         magnitude = self.MAGNITUDES[-1]

@@ -196,7 +196,7 @@ def test_wrong_ndim(spec, shape):
     ids=["2-values", "4-values", "uint8-above-255", "negative", "float-above-1", "float-channel-above-1", "str"],
 )
 def test_bad_fill(spec, dtype, fill, images):
-    batch = images.to(dtype) / (255 if dtype.is_floating_point else 1)
+    batch = images.to(dtype) / 255 if dtype.is_floating_point else images
     with pytest.raises(ValueError, match="fill"):
         apply_op(batch, spec.name, spec.high, fill=fill)
 
@@ -217,3 +217,23 @@ def test_unsupported_interpolation(spec, mode, images):
 def test_named_functions_validate(func, args, images):
     with pytest.raises(ValueError, match=re.escape(f"{args[0]:g}")):
         getattr(F, func)(images, *args)
+
+
+@pytest.mark.parametrize("spec", ALL_OPS)
+@pytest.mark.parametrize("shape", [(2, 8, 8), (4, 4, 8, 8), (8, 8, 3)], ids=["2-channels", "4-channels", "hwc"])
+def test_channels_other_than_1_or_3(spec, shape):
+    # Every op refuses them, not only Contrast and Color (whose kernels broadcast 3 channels).
+    bad = torch.zeros(shape, dtype=torch.uint8)
+    magnitude = spec.high if spec.has_magnitude else None
+    with pytest.raises(ValueError, match=re.escape(f"permitted channel values are 1 or 3), got shape {shape}")):
+        apply_op(bad, spec.name, magnitude)
+
+
+@pytest.mark.parametrize("spec", ALL_OPS)
+@pytest.mark.parametrize("value", [255.0, -0.25, math.nan, math.inf], ids=["255", "negative", "nan", "inf"])
+def test_float_values_outside_0_1(spec, value, images):
+    bad = images.float() / 255
+    bad[0, 0, 0, 0] = value
+    magnitude = spec.high if spec.has_magnitude else None
+    with pytest.raises(ValueError, match=r"float images must hold values in \[0, 1\]"):
+        apply_op(bad, spec.name, magnitude)

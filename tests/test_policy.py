@@ -568,7 +568,11 @@ def test_bad_policy_file(tmp_path):
         ({"total_epochs": 10.0}, "total_epochs must be an integer >= 1"),
         ({"interpolation": InterpolationMode.BICUBIC}, "interpolation must be InterpolationMode.NEAREST or"),
         ({"interpolation": "cubic"}, "interpolation must be"),
-        ({"interpolation": 0}, "interpolation must be"),
+        ({"interpolation": 3}, "interpolation must be"),  # PIL's BICUBIC (0 and 2 are NEAREST / BILINEAR)
+        ({"interpolation": True}, "interpolation must be"),
+        ({"fill": [1, 2]}, r"fill must have one value or one per channel \(images have 1 or 3 channels\), got 2"),
+        ({"fill": {tv_tensors.Image: 300}}, r"fill\[Image\] must be"),
+        ({"fill": {"image": 3}}, "fill dict keys must be types"),
         ({"fill": "black"}, "fill must be None, a number or a sequence"),
         ({"fill": -1}, "fill must be"),
         ({"fill": 256}, "fill must be"),
@@ -606,10 +610,10 @@ def test_epoch_validation(epoch):
         (lambda: PIL.Image.new("P", (4, 4)), ValueError, "got 'P'"),
         (lambda: torch.zeros(4, 4, dtype=torch.uint8), ValueError, r"\[\.\.\., C, H, W\], got \(4, 4\)"),
         (lambda: torch.zeros(3, 4, 4, dtype=torch.int32), ValueError, "uint8 or floating point, got dtype torch.int32"),
-        (lambda: np.zeros((4, 4, 3), dtype=np.uint8), TypeError, "single image"),
+        (lambda: np.zeros((4, 4, 3), dtype=np.uint8), TypeError, "numpy.ndarray are not supported"),
         (lambda: [T.functional.to_pil_image(images(1)[0])] * 2, TypeError, "found 2"),
         (lambda: (tv_tensors.Image(images(1)[0]), tv_tensors.Image(images(1)[0])), TypeError, "found 2"),
-        (lambda: (tv_tensors.Image(images(1)[0]), tv_tensors.Mask(torch.zeros(8, 8))), TypeError, "Mask are not supported"),
+        (lambda: (tv_tensors.Video(images(2)), tv_tensors.Mask(torch.zeros(8, 8))), TypeError, "Mask are not supported"),
         (lambda: ("a", 1), TypeError, "found 0"),
     ],
 )
@@ -619,9 +623,9 @@ def test_bad_inputs(make_input, error, match):
 
 
 def test_bad_fill_for_the_image_is_reported():
-    policy = HBAPolicy(INVERT_ALL, fill=[1, 2])
-    with pytest.raises(ValueError, match="fill"):
-        policy(images(2))  # 3 channels, 2 fill values
+    policy = HBAPolicy(INVERT_ALL, fill=[1, 2, 3])
+    with pytest.raises(ValueError, match=r"fill must have one value for images of 1 channel, got 3"):
+        policy(images(2, c=1))  # 1 channel, 3 fill values
     with pytest.raises(ValueError, match="fill"):
         HBAPolicy(INVERT_ALL, fill=128)(images(2).float() / 255)  # float images use [0, 1]
     # Also when the image draws no op (a PIL image is then copied without conversion).

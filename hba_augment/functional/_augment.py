@@ -24,7 +24,15 @@ from ._validation import (
     to_levels,
 )
 
-__all__ = ["DEFAULT_COUNT_PROBS", "NUM_COPIES", "Drawn", "augment", "augment_drawn", "check_count_probs", "draw_one"]
+__all__ = [
+    "DEFAULT_COUNT_PROBS",
+    "NUM_COPIES",
+    "Drawn",
+    "augment",
+    "augment_drawn",
+    "check_count_probs",
+    "draw_one",
+]
 
 #: Distribution of K, the largest number of ops applied to one image (PBA's default).
 DEFAULT_COUNT_PROBS: tuple[float, ...] = (0.2, 0.3, 0.5)
@@ -57,6 +65,10 @@ _WARP_ENTRIES = tuple(f for op in _GEOMETRIC for f in range(_TABLE) if _op_of(f)
 _WARP_ROW_OF_CODE = tuple(
     _WARP_ENTRIES.index(c - _TABLE) if c - _TABLE in _WARP_ENTRIES else 0 for c in range(2 * _TABLE)
 )
+#: The geometric op each code applies (its index in OPS), -1 for codes that apply none.
+_GEOMETRIC_OP_OF_CODE = tuple(
+    _op_of(c - _TABLE) if c >= _TABLE and OPS[_op_of(c - _TABLE)].geometric else -1 for c in range(2 * _TABLE)
+)
 #: Warp maps are kept for images of at most this many pixels (20 int64 maps of 64 Ki pixels: 10 MiB).
 _WARP_MAX_PIXELS = 1 << 16
 
@@ -66,7 +78,7 @@ def _constants(device: torch.device) -> tuple[Tensor, ...]:
     """Per-device tables: ``sign`` ``(30,)``, the factor a sign flip applies to each slot's magnitude (-1
     for the signed ops, else 1); ``_GROUP_OF_CODE`` and ``_WARP_ROW_OF_CODE`` ``(120,)``; and, per
     prob-then-mag entry of a ``(B, 60)`` policy, the lower and upper bounds and whether the entry is free
-    (the magnitude of an op without one)."""
+    (the magnitude of an op without one); and ``_GEOMETRIC_OP_OF_CODE`` ``(120,)``."""
     specs = [OPS[s % NUM_OPS] for s in range(_SLOTS)]
     sign = torch.tensor([-1.0 if spec.signed else 1.0 for spec in specs], device=device)
     low = [0.0] * _SLOTS + [spec.low if spec.has_magnitude else 0.0 for spec in specs]
@@ -79,6 +91,7 @@ def _constants(device: torch.device) -> tuple[Tensor, ...]:
         torch.tensor(low, device=device),
         torch.tensor(high, device=device),
         torch.tensor(free, device=device),
+        torch.tensor(_GEOMETRIC_OP_OF_CODE, device=device),
     )
 
 
@@ -123,7 +136,7 @@ def _check_policy(prob: Tensor, mag: Tensor, device: torch.device) -> None:
     One host synchronisation for all checks (NaN fails every comparison, so it is caught too); the
     message is only built on failure.
     """
-    low, high, free = _constants(device)[3:]
+    low, high, free = _constants(device)[3:6]
     values = torch.cat(torch.broadcast_tensors(prob, mag), dim=1)
     bad = ~((values >= low) & (values <= high) | free)
     if not bool(bad.any()):
@@ -142,14 +155,16 @@ class _Policy:
     """A checked policy: ``prob`` ``(1 or B, 30)``; ``table`` ``(1 or B, 60)``, each slot's magnitude and
     then its magnitude after a sign flip; and what is derived from them on first use: for a policy shared
     by the batch, the NEAREST warp maps of its geometric table entries per image size
-    (:func:`_warp_maps`) and the tables of its fixed-table entries (:func:`_fixed_tables`), and the
-    host copy of a single image's policy (:func:`_single_policy`)."""
+    (:func:`_warp_maps`) and the tables of its fixed-table entries (:func:`_fixed_tables`), the
+    host copy of a single image's policy (:func:`_single_policy`), and the PIL path's host values
+    (``host``, filled by ``_pil``)."""
 
     prob: Tensor
     table: Tensor
     warps: dict[tuple[int, int], Tensor] = dataclasses.field(default_factory=dict)
     single: tuple[np.ndarray, tuple[Tensor, ...]] | None = None
     tables: Tensor | None = None
+    host: dict = dataclasses.field(default_factory=dict)
 
 
 # The last few policies that passed the check: (prob, mag, (their versions, device, batch), _Policy),
@@ -192,11 +207,16 @@ def _warp_maps(policy: _Policy, h: int, w: int, ctx: KernelContext) -> Tensor | 
         return None
     maps = policy.warps.get((h, w))
     if maps is None:
-        entries = policy.table[0, list(_WARP_ENTRIES)]
-        per_op = entries.view(len(_GEOMETRIC), -1)  # _WARP_ENTRIES is grouped by op
-        matrices = torch.cat([OPS[op].matrix(m, h, w) for op, m in zip(_GEOMETRIC, per_op, strict=True)])
-        maps = policy.warps[(h, w)] = nearest_index(matrices, h, w)
+        maps = policy.warps[(h, w)] = nearest_index(_warp_matrices(policy, h, w), h, w)
     return maps
+
+
+def _warp_matrices(policy: _Policy, h: int, w: int) -> Tensor:
+    """PIL's AFFINE data of every geometric table entry of a shared policy (rows in ``_WARP_ENTRIES``
+    order), ``(20, 2, 3)``: the matrices of :func:`_warp_maps`, which the PIL path hands to PIL."""
+    entries = policy.table[0, list(_WARP_ENTRIES)]
+    per_op = entries.view(len(_GEOMETRIC), -1)  # _WARP_ENTRIES is grouped by op
+    return torch.cat([OPS[op].matrix(m, h, w) for op, m in zip(_GEOMETRIC, per_op, strict=True)])
 
 
 def _fixed_tables(policy: _Policy) -> Tensor | None:
@@ -229,7 +249,9 @@ def augment(
     fill: Fill = None,
     interpolation: InterpolationMode = InterpolationMode.NEAREST,
     generator: torch.Generator | None = None,
-) -> Tensor:
+    frames: int = 1,
+    return_matrices: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
     """Augment every image independently with PBA's template (SPEC section 2).
 
     For each image: draw ``K ~ Categorical(count_probs)``, visit the 30 slots (15 ops x 2 copies) in a
@@ -247,39 +269,55 @@ def augment(
         fill: value of uncovered pixels and of the Cutout patch, on the images' scale.
         interpolation: ``InterpolationMode.NEAREST`` (default) or ``BILINEAR`` for the geometric ops.
         generator: random stream on the images' device.
+        frames: the batch is ``B / frames`` videos of ``frames`` consecutive images each: every video
+            draws once (K, order, coins, signs, Cutout's centre) and all its frames get the same ops.
+            Per-image ``prob`` and ``mag`` then have one row per video.
+        return_matrices: also return, per image, the composition of the geometric ops it went through
+            (PIL AFFINE data, composed in order), to move its boxes, masks or key points with it.
 
     Returns:
-        A new tensor with the dtype, shape and device of ``images``.
+        A new tensor with the dtype, shape and device of ``images``; with ``return_matrices``, also the
+        ``(B, 2, 3)`` float64 PIL AFFINE data (output point -> input point) of each image (for a
+        ``(C, H, W)`` image, ``(1, 2, 3)``), on the images' device; the identity where no geometric op ran.
 
     Raises:
         ValueError: bad shapes, probabilities outside [0, 1], magnitudes outside their op's range, bad
-            ``count_probs``, ``fill`` or ``interpolation``.
+            ``count_probs``, ``fill``, ``interpolation`` or ``frames``.
     """
     batch, unbatched = check_images(images)
     b = batch.shape[0]
     device = batch.device
+    if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1 or b % frames:
+        raise ValueError(f"frames must be an integer >= 1 dividing the batch size {b}, got {frames!r}")
     try:
         edges, edge_values = _count_edges(count_probs, device)  # cached per distinct tuple
     except TypeError:  # not hashable (a list, say)
         edges, edge_values = _count_edges(check_count_probs(count_probs), device)
     steps = len(edge_values)
-    policy = _checked_policy(prob, mag, b, device)
+    policy = _checked_policy(prob, mag, b // frames, device)
     ctx = kernel_context(batch, fill, interpolation, generator)
-    if b == 0 or steps == 0:
-        return images.clone()
-    if b == 1:
-        return _augment_one(images, batch, unbatched, policy, edge_values, ctx)
-    chunk = _chunk_size(batch)
-    if chunk >= b:
-        return _augment_batch(batch, policy, edges, ctx)
-    # Large CPU batches, in parts that stay in the CPU's caches (each part draws its own template), each
-    # written into its rows of the result.
-    out = torch.empty(batch.shape, dtype=batch.dtype, device=batch.device)
-    for start in range(0, b, chunk):
-        rows = slice(start, start + chunk)
-        part = policy if policy.prob.shape[0] == 1 else _Policy(policy.prob[rows], policy.table[rows])
-        _augment_batch(batch[rows], part, edges, ctx, out[rows])
-    return out
+    if frames > 1:
+        ctx = ctx._replace(frames=frames)
+    geometry = _Geometry(batch.shape[-2], batch.shape[-1], device) if return_matrices else None
+    if b == 0 or steps == 0 or batch.shape[-2] * batch.shape[-1] == 0:
+        out = images.clone()  # no images, or images without pixels: unchanged, as in torchvision
+    elif b == 1:
+        out = _augment_one(images, batch, unbatched, policy, edge_values, ctx, geometry)
+    elif _chunk_size(batch) >= b:
+        out = _augment_batch(batch, policy, edges, ctx, geometry=geometry)
+    else:
+        # Large CPU batches, in parts (whole videos) that stay in the CPU's caches (each part draws its
+        # own template), each written into its rows of the result.
+        chunk = max(frames, _chunk_size(batch) // frames * frames)
+        out = torch.empty(batch.shape, dtype=batch.dtype, device=batch.device)
+        for start in range(0, b, chunk):
+            rows = slice(start, start + chunk)
+            draws = slice(start // frames, (start + chunk) // frames)
+            part = policy if policy.prob.shape[0] == 1 else _Policy(policy.prob[draws], policy.table[draws])
+            _augment_batch(batch[rows], part, edges, ctx, out[rows], geometry)
+    if geometry is None:
+        return out
+    return out, geometry.result(b)
 
 
 #: A single image with fewer pixels takes fixed-table ops as lookups (see _augment_one).
@@ -302,14 +340,23 @@ def _chunk_size(batch: Tensor) -> int:
 
 
 def _augment_batch(
-    batch: Tensor, policy: _Policy, edges: Tensor, ctx: KernelContext, out: Tensor | None = None
+    batch: Tensor,
+    policy: _Policy,
+    edges: Tensor,
+    ctx: KernelContext,
+    out: Tensor | None = None,
+    geometry: _Geometry | None = None,
 ) -> Tensor:
     """:func:`augment` for a ``(B, C, H, W)`` batch (a part of one may hold a single image); the result in a
     new tensor, or written into ``out`` (contiguous, the batch's shape and dtype), which uint8 images are
-    then augmented in."""
+    then augmented in. ``geometry`` collects the batch's composed geometric matrices."""
     b, _, h, w = batch.shape
     steps = len(edges)
-    code, magnitude = _sample(policy, edges, steps, b, ctx.generator)
+    code, magnitude = _sample(policy, edges, steps, b // ctx.frames, ctx.generator)
+    if ctx.frames > 1:  # one draw per video, the same for each of its frames
+        code, magnitude = code.repeat_interleave(ctx.frames, 0), magnitude.repeat_interleave(ctx.frames, 0)
+    if geometry is not None:
+        geometry.add_batch(code, magnitude)
     # Group the images of each step by op. The one host synchronisation: which ops are drawn, and how
     # many images draw each.
     group = torch.take(_constants(batch.device)[1], code)  # (B, steps)
@@ -362,10 +409,13 @@ def _augment_one(
     policy: _Policy,
     edges: tuple[float, ...],
     ctx: KernelContext,
+    geometry: _Geometry | None = None,
 ) -> Tensor:
     """:func:`augment` for a single image (``batch`` is ``(1, C, H, W)``), the per-image transform's case:
     :func:`_draw_one`, then :func:`_apply_drawn`."""
     entries = _draw_one(policy, edges, ctx.generator, batch.device)
+    if geometry is not None:
+        geometry.add_entries(policy, entries)
     if not entries:
         return images.clone()
     return _apply_drawn(images, batch, unbatched, policy, entries, ctx)
@@ -445,7 +495,10 @@ def draw_one(
     (``not drawn.entries``). ``prob`` and ``mag``: ``(2, 15)``, as for :func:`augment`."""
     device = torch.device(device)
     policy = _checked_policy(prob, mag, 1, device)
-    edge_values = _count_edges(tuple(check_count_probs(count_probs)), device)[1]
+    try:
+        edge_values = _count_edges(count_probs, device)[1]  # cached per distinct tuple, as in augment
+    except TypeError:  # not hashable (a list, say)
+        edge_values = _count_edges(check_count_probs(count_probs), device)[1]
     return Drawn(policy, _draw_one(policy, edge_values, generator, device) if edge_values else [])
 
 
@@ -464,9 +517,60 @@ def augment_drawn(
     if batch.shape[0] != 1:
         raise ValueError(f"augment_drawn takes one image, got a batch of {batch.shape[0]}")
     ctx = kernel_context(batch, fill, interpolation, generator)
-    if not drawn.entries:
+    if not drawn.entries or batch.numel() == 0:
         return images.clone()
     return _apply_drawn(images, batch, unbatched, drawn.policy, drawn.entries, ctx)
+
+
+class _Geometry:
+    """Collects, per image, the composition of the geometric ops :func:`augment` applies to it.
+
+    An image warped with PIL AFFINE data ``A_1`` and then ``A_2`` (each maps an output point to an input
+    point) is ``img(A_1 A_2 p)``: the composition is the product in the order the ops ran. Built from the
+    drawn codes on the device, with no host synchronisation: every step's five candidate matrices for
+    every image, selected by the op it drew (identity otherwise). Float32 matrices, as the kernels build
+    them, multiplied in float64.
+    """
+
+    def __init__(self, height: int, width: int, device: torch.device) -> None:
+        self.height, self.width, self.device = height, width, device
+        self.parts: list[Tensor] = []
+
+    def _compose(self, matrices: list[Tensor], b: int) -> Tensor:
+        total = torch.eye(3, dtype=torch.float64, device=self.device).expand(b, 3, 3)
+        bottom = torch.tensor([[[0.0, 0.0, 1.0]]], dtype=torch.float64, device=self.device).expand(b, 1, 3)
+        for m in matrices:
+            total = total @ torch.cat([m.to(torch.float64), bottom], dim=1)
+        return total[:, :2]
+
+    def add_batch(self, code: Tensor, magnitude: Tensor) -> None:
+        """Add the images of a ``(B, steps)`` ``code`` / ``magnitude`` draw (see :func:`_sample`)."""
+        b, steps = code.shape
+        op = torch.take(_constants(code.device)[6], code)  # geometric op of each code, -1 for none
+        matrices = []
+        for s in range(steps):
+            step = torch.eye(2, 3, dtype=torch.float32, device=self.device).expand(b, 2, 3)
+            for k in _GEOMETRIC:
+                candidate = OPS[k].matrix(magnitude[:, s], self.height, self.width)
+                step = torch.where((op[:, s] == k).view(b, 1, 1), candidate, step)
+            matrices.append(step)
+        self.parts.append(self._compose(matrices, b))
+
+    def add_entries(self, policy: _Policy, entries: list[int]) -> None:
+        """Add one image from :func:`_draw_one`'s ``entries``."""
+        magnitudes = _single_policy(policy)[1]
+        matrices = [
+            OPS[_op_of(entry)].matrix(magnitudes[entry], self.height, self.width)
+            for entry in entries
+            if OPS[_op_of(entry)].geometric
+        ]
+        self.parts.append(self._compose(matrices, 1))
+
+    def result(self, b: int) -> Tensor:
+        """``(B, 2, 3)`` for the ``b`` images added, identity for images never added (no op drawn)."""
+        if not self.parts:
+            return torch.eye(2, 3, dtype=torch.float64, device=self.device).expand(b, 2, 3).clone()
+        return torch.cat(self.parts) if len(self.parts) > 1 else self.parts[0]
 
 
 def _single_policy(policy: _Policy) -> tuple[np.ndarray, tuple[Tensor, ...]]:

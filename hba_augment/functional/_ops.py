@@ -70,7 +70,7 @@ def apply_op(
     batch, unbatched = check_images(images)
     values = check_magnitude(spec, magnitude, batch.shape[0], batch.device)
     ctx = kernel_context(batch, fill, interpolation, generator)
-    if batch.shape[0] == 0:
+    if batch.numel() == 0:  # no images, or images without pixels: unchanged, as in torchvision
         out = batch.clone()
     elif ctx.quantize and spec.takes_uint8(ctx.mode):
         out = spec.kernel(batch, values, ctx)  # uint8 levels in and out (OpSpec.integer)

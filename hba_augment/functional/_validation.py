@@ -13,6 +13,9 @@ from ._kernels import KernelContext
 from ._table import OpSpec
 
 __all__ = [
+    "CHANNELS",
+    "check_channels",
+    "check_float_range",
     "check_images",
     "check_magnitude",
     "fill_levels",
@@ -23,27 +26,82 @@ __all__ = [
 ]
 
 _MODES = {InterpolationMode.NEAREST: "nearest", InterpolationMode.BILINEAR: "bilinear"}
+# Pillow's resampling constants (PIL.Image.Resampling) for the two modes, as torchvision maps them.
+_PIL_MODES = {0: InterpolationMode.NEAREST, 2: InterpolationMode.BILINEAR}
 
 Fill = float | int | Sequence[float] | None
 # from_levels converts smaller tensors to uint8 directly.
 _DIRECT_UINT8 = 1 << 13
 
 
+#: Channel counts the ops are defined for (grey and RGB, as torchvision's AutoAugment).
+CHANNELS = (1, 3)
+
+
 def check_images(images: Tensor) -> tuple[Tensor, bool]:
-    """Check that ``images`` is a ``(B, C, H, W)`` or ``(C, H, W)`` uint8 or float tensor.
+    """Check that ``images`` is a ``(B, C, H, W)`` or ``(C, H, W)`` uint8 or float tensor with 1 or 3
+    channels (float: values in ``[0, 1]``, checked on CPU, see :func:`check_float_range`).
 
     Returns:
         The images as ``(B, C, H, W)`` (a view), and whether a batch dimension was added.
+
+    Raises:
+        TypeError: ``images`` is not a tensor (a numpy array, say).
+        ValueError: bad dtype, number of dimensions or channels, or float values outside ``[0, 1]``.
     """
     if not isinstance(images, Tensor):
-        raise TypeError(f"images must be a torch.Tensor, got {type(images).__name__}")
+        raise TypeError(f"images must be a torch.Tensor, got {type(images).__module__}.{type(images).__name__}")
     if images.dtype != torch.uint8 and not images.dtype.is_floating_point:
         raise ValueError(f"images must be uint8 or floating point, got dtype {images.dtype}")
+    if images.ndim not in (3, 4):
+        raise ValueError(f"images must have shape (B, C, H, W) or (C, H, W), got {tuple(images.shape)}")
+    check_channels(images.shape)
+    check_float_range(images)
     if images.ndim == 3:
         return images.unsqueeze(0), True
-    if images.ndim == 4:
-        return images, False
-    raise ValueError(f"images must have shape (B, C, H, W) or (C, H, W), got {tuple(images.shape)}")
+    return images, False
+
+
+def check_channels(shape: Sequence[int], what: str = "images") -> None:
+    """Raise ``ValueError`` unless ``shape`` (``[..., C, H, W]``) has 1 or 3 channels, naming the shape.
+
+    Contrast and Color are defined for grey and RGB images only; any other count used to fail only when
+    one of them was drawn, and a channels-last ``(H, W, C)`` tensor was read as ``C = H`` channels.
+    """
+    channels = shape[-3]
+    if channels in CHANNELS:
+        return
+    hint = ""
+    if shape[-1] in CHANNELS:
+        order = ", ".join(map(str, (*range(len(shape) - 3), len(shape) - 1, len(shape) - 3, len(shape) - 2)))
+        hint = f" It looks channels-last ([..., H, W, C]): move the channels first, x.permute({order})."
+    raise ValueError(
+        f"{what} must have shape [..., C, H, W] with C = 1 or 3 (permitted channel values are 1 or 3), "
+        f"got shape {tuple(shape)}.{hint}"
+    )
+
+
+def check_float_range(images: Tensor) -> None:
+    """Raise ``ValueError`` if float ``images`` on the CPU hold values outside ``[0, 1]``, NaN or inf.
+
+    A float image on [0, 255] (``ToDtype(torch.float32)`` without ``scale=True``) would otherwise come
+    out silently corrupted (Invert gives -254..1). On the CPU the check is one pass over the pixels
+    (``benchmarks/throughput.py`` times it: rows "float range check alone"). On other devices nothing is checked:
+    reading the result back would cost a host synchronisation on every call, the one thing the GPU path
+    avoids; there, values outside ``[0, 1]`` give undefined results.
+    """
+    if not images.dtype.is_floating_point or images.device.type != "cpu" or images.numel() == 0:
+        return
+    low, high = torch.aminmax(images.detach())
+    low, high = low.item(), high.item()
+    if low >= 0.0 and high <= 1.0:  # NaN fails both comparisons
+        return
+    hint = ""
+    if high > 1.0 and high <= 255.0 and low >= 0.0:
+        hint = " (values on [0, 255]: convert with v2.ToDtype(torch.float32, scale=True) or divide by 255)"
+    raise ValueError(
+        f"float images must hold values in [0, 1], got values in [{low:g}, {high:g}]{hint}"
+    )
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -75,18 +133,30 @@ def from_levels(
     return (levels / 255.0).to(dtype, memory_format=memory_format)
 
 
-def interpolation_mode(interpolation: InterpolationMode | str) -> str:
-    """Map NEAREST / BILINEAR (enum or its string value) to the grid-sample mode name."""
-    if isinstance(interpolation, str):
+def interpolation_mode(interpolation: InterpolationMode | str | int) -> str:
+    """Map NEAREST / BILINEAR to the grid-sample mode name.
+
+    Accepts what torchvision accepts for them: the ``InterpolationMode`` member, its string value, and
+    Pillow's integer constants (``PIL.Image.NEAREST`` = 0, ``PIL.Image.BILINEAR`` = 2, and the
+    ``PIL.Image.Resampling`` members, which are those integers).
+
+    Raises:
+        ValueError: any other mode (BICUBIC, LANCZOS, ...), naming it.
+    """
+    mode = interpolation
+    if isinstance(mode, str) and not isinstance(mode, InterpolationMode):
         try:
-            interpolation = InterpolationMode(interpolation.lower())
+            mode = InterpolationMode(mode.lower())
         except ValueError:
             pass
-    if interpolation not in _MODES:
+    elif isinstance(mode, int) and not isinstance(mode, bool):
+        mode = _PIL_MODES.get(int(mode), mode)
+    if mode not in _MODES:
         raise ValueError(
-            f"interpolation must be InterpolationMode.NEAREST or InterpolationMode.BILINEAR, got {interpolation!r}"
+            "interpolation must be InterpolationMode.NEAREST or InterpolationMode.BILINEAR (or Pillow's "
+            f"NEAREST = 0 / BILINEAR = 2), got {interpolation!r}"
         )
-    return _MODES[interpolation]
+    return _MODES[mode]
 
 
 def fill_levels(
@@ -109,13 +179,17 @@ def fill_levels(
     if len(values) == 1:
         values = values * channels
     if len(values) != channels:
+        per_channel = "one value" if channels == 1 else f"one value or one per channel ({channels})"
         raise ValueError(
-            f"fill must have 1 or {channels} values (one per channel), got {len(values)}: {fill!r}"
+            f"fill must have {per_channel} for images of {channels} channel{'s' * (channels > 1)}, "
+            f"got {len(values)}: {fill!r}"
         )
     top = 255.0 if uint8 else 1.0
     if any(not (0.0 <= v <= top) for v in values):
         raise ValueError(
-            f"fill values must lie in [0, {top:g}] for {'uint8' if uint8 else 'float'} images, got {fill!r}"
+            f"fill values must lie in [0, {top:g}] for {'uint8' if uint8 else 'float'} images, got {fill!r}: "
+            "fill is on the image's own scale (0..255 for uint8 and PIL images, 0..1 for float ones), and "
+            "values outside it would be written as they are"
         )
     if all(v == 0.0 for v in values):
         return None
