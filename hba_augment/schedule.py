@@ -471,7 +471,8 @@ class Schedule:
 
     def __str__(self) -> str:
         counts = ", ".join(f"{p:g}" for p in self._count_probs)
-        return f"Schedule {self._name!r}: {self.epochs} epoch(s), count_probs ({counts})\n{self.table(0)}"
+        epochs = f"{self.epochs} epoch" + ("" if self.epochs == 1 else "s")
+        return f"Schedule {self._name!r}: {epochs}, count_probs ({counts})\n{self.table(0)}"
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self._name!r}, epochs={self.epochs}, count_probs={self._count_probs})"

@@ -529,7 +529,8 @@ def test_table_and_str():
     assert s.table(5, 6) == table
     text = str(s)
     header, rest = text.split("\n", 1)
-    assert "'test'" in header and "3 epoch" in header and "0.2, 0.3, 0.5" in header
+    assert "'test'" in header and "3 epochs," in header and "0.2, 0.3, 0.5" in header
+    assert "1 epoch," in str(make_schedule(epochs=1)).split("\n", 1)[0]
     assert rest == s.table(0)
     assert repr(s) == "Schedule(name='test', epochs=3, count_probs=(0.2, 0.3, 0.5))"
 
