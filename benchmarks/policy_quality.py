@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hba_augment.search._cli_common import positive_int
+from hba_augment._cli_common import positive_int
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "cifar-10-jpeg.tar.gz"

@@ -3,7 +3,7 @@
 Three methods train the same model on the same images with the same batch size, optimizer (SGD, Nesterov
 momentum 0.9) and baseline augmentation (standardisation, flip, pad-4 crop, Cutout 16):
 
-* ``plain``: ``hba-augment train``'s own training loop (``hba_augment.search.evaluate``) with policy
+* ``plain``: ``hba-augment train``'s own training loop (``hba_augment.train.trainer``) with policy
   ``cutout``: the network without hyper-layers, no learned policy, no validation step;
 * ``plain+policy``: the same loop with policy ``hba:<constant schedule>`` (every one of the 30 slots at
   probability ``--policy-prob``, mid-range magnitudes): what the batched augmentation alone adds;
@@ -64,11 +64,12 @@ import torch
 
 from hba_augment import functional
 from hba_augment import policy as hba_policy
+from hba_augment._cli_common import nonneg_int, positive_int
+from hba_augment.datasets import ImageData, load_dataset, reduced_split
 from hba_augment.functional._table import OPS
 from hba_augment.schedule import Schedule
-from hba_augment.search import evaluate, loop
-from hba_augment.search._cli_common import nonneg_int, positive_int
-from hba_augment.search.data import ImageData, load_dataset, reduced_split
+from hba_augment.search import loop
+from hba_augment.train import trainer as evaluate  # policy evaluation
 
 __all__ = ["METHODS", "PROTOCOL", "load_images", "main", "render_markdown", "run_benchmark", "train_images_needed"]
 
@@ -297,7 +298,7 @@ def run_benchmark(
     Args:
         train: training images, at least ``t_train * batch_size``.
         val: validation images of the search (at least 2; the first 2 are the plain loop's unused test set).
-        model: a :func:`~hba_augment.search.models.create_model` name.
+        model: a :func:`~hba_augment.models.create_model` name.
         batch_size: training and validation batch size of every method.
         steps, warmup: training steps timed / discarded per method, each rounded up to a multiple of the
             search's ``t_train``.

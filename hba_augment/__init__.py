@@ -5,7 +5,9 @@ Layers, each importing only those below it:
 - :mod:`hba_augment.functional`: pure batched op kernels and PBA's sampling template.
 - :class:`Schedule` and :mod:`hba_augment.pretrained`: learned epoch-dependent policies and the shipped ones.
 - :class:`HBAPolicy`: the torchvision-compatible transform.
-- :mod:`hba_augment.search` (imported on demand, never by the above): the hypernetwork search.
+- Imported on demand, never by the above: :mod:`hba_augment.search` (the hypernetwork search) and
+  :mod:`hba_augment.train` (policy evaluation), over the parts they share: :mod:`hba_augment.datasets`,
+  :mod:`hba_augment.models` and the run driver (``_runner``, ``_distributed``).
 
 The public names are imported on first use (PEP 562), so that ``import hba_augment`` and the
 ``hba-augment`` command's ``--help`` / ``--version`` do not pay for importing torch (about 5 s on a busy

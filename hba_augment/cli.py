@@ -19,7 +19,7 @@ __all__ = ["COMMANDS", "main", "show_main"]
 COMMANDS: dict[str, tuple[str, str]] = {
     "show": ("hba_augment.cli:show_main", "print a schedule (a JSON file or a shipped name) and optionally plot it"),
     "search": ("hba_augment.search.cli:main", "learn a schedule with the hypernetwork search"),
-    "train": ("hba_augment.search.train_cli:main", "train a network with a policy and report its test error"),
+    "train": ("hba_augment.train.cli:main", "train a network with a policy and report its test error"),
 }
 
 

@@ -1,31 +1,124 @@
-"""The layering rules: the core never imports the search, and only the op table lists op names."""
+"""The layering rules, and that only the op table lists op names.
+
+The package has three layers (README, "Layout"):
+
+* the core: ``functional/``, ``schedule.py``, ``policy.py``, ``pretrained.py`` and their helpers;
+* the parts shared by the search and policy evaluation: ``datasets.py``, ``models/``, the run driver
+  (``_runner.py``, ``_distributed.py``, ``_cli_common.py``, ``_baselines.py``);
+* ``search/`` (the hypernetwork search) and ``train/`` (policy evaluation).
+
+The core never imports the other two; the shared parts never import ``search`` or ``train``; ``search``
+never imports ``train``. ``cli.py`` (the command dispatcher) names both commands and is not part of the core.
+"""
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from hba_augment.functional import OP_NAMES
 
 PACKAGE = Path(__file__).resolve().parents[1] / "hba_augment"
+SEARCH = "hba_augment.search"
+TRAIN = "hba_augment.train"
+SHARED = ("hba_augment.datasets", "hba_augment.models", "hba_augment._runner", "hba_augment._distributed",
+          "hba_augment._cli_common", "hba_augment._baselines")
+FRONT = ("hba_augment.cli", "hba_augment.__main__")
 
 
-def test_importing_the_core_does_not_import_search():
+def _module_name(path: Path) -> str:
+    parts = ("hba_augment", *path.relative_to(PACKAGE).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _within(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module an ``import`` statement of ``path`` names, top level or inside functions, relative
+    imports resolved (``from . import x`` counts as ``package.x``)."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _modules_in(*packages: str) -> list[Path]:
+    return [p for p in PACKAGE.rglob("*.py") if _within(_module_name(p), packages)]
+
+
+def _offenders(paths: list[Path], forbidden: tuple[str, ...]) -> dict[str, list[str]]:
+    out = {}
+    for path in paths:
+        bad = sorted(m for m in _imports(path) if _within(m, forbidden))
+        if bad:
+            out[str(path.relative_to(PACKAGE))] = bad
+    return out
+
+
+def test_importing_the_core_imports_neither_search_nor_train_nor_the_shared_parts():
     code = (
-        "import sys, hba_augment, hba_augment.functional, hba_augment.policy, hba_augment.schedule;"
-        "print(sorted(m for m in sys.modules if m.startswith('hba_augment.search')))"
+        "import sys, hba_augment, hba_augment.functional, hba_augment.policy, hba_augment.schedule, "
+        "hba_augment.pretrained;"
+        f"print(sorted(m for m in sys.modules if m.startswith({(SEARCH, TRAIN, *SHARED)!r})))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
 
-def test_core_modules_do_not_mention_search_imports():
-    core = [p for p in PACKAGE.rglob("*.py") if "search" not in p.relative_to(PACKAGE).parts and p.name != "cli.py"]
-    assert core, "no core modules found"
-    offenders = [str(p) for p in core if re.search(r"^\s*(from|import)\s+hba_augment\.search|from \.search", p.read_text(), re.M)]
-    assert offenders == []
+def test_core_modules_do_not_import_search_train_or_the_shared_parts():
+    core = [p for p in PACKAGE.rglob("*.py") if not _within(_module_name(p), (SEARCH, TRAIN, *SHARED, *FRONT))]
+    assert {_module_name(p) for p in core} >= {"hba_augment.policy", "hba_augment.schedule", "hba_augment.functional"}
+    assert _offenders(core, (SEARCH, TRAIN, *SHARED)) == {}
+
+
+def test_shared_parts_import_neither_search_nor_train():
+    shared = _modules_in(*SHARED)
+    assert {_module_name(p) for p in shared} >= {"hba_augment.datasets", "hba_augment.models", "hba_augment._runner"}
+    assert _offenders(shared, (SEARCH, TRAIN)) == {}
+
+
+def test_search_never_imports_train():
+    search = _modules_in(SEARCH)
+    assert {_module_name(p) for p in search} >= {"hba_augment.search.loop", "hba_augment.search.cli"}
+    assert _offenders(search, (TRAIN,)) == {}
+
+
+def test_train_never_imports_search():
+    train = _modules_in(TRAIN)
+    assert {_module_name(p) for p in train} >= {"hba_augment.train.trainer", "hba_augment.train.cli"}
+    assert _offenders(train, (SEARCH,)) == {}
+
+
+@pytest.mark.parametrize("source, forbidden", [
+    ("from hba_augment.search import loop\n", SEARCH),
+    ("def f():\n    import hba_augment.train.cli\n", TRAIN),
+    ("from ..search.loop import run_search\n", SEARCH),
+    ("from .. import train\n", TRAIN),
+])
+def test_the_import_scan_sees_every_form(monkeypatch, source, forbidden):
+    # The rules above are only as good as _imports: each form of import of a forbidden module is found.
+    fake = PACKAGE / "models" / "x.py"
+    monkeypatch.setattr(Path, "read_text", lambda self, *args, **kwargs: source)
+    assert list(_offenders([fake], (forbidden,))) == ["models/x.py"]
 
 
 def test_op_names_are_listed_only_in_the_table():

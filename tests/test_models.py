@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hba_augment.search.models import available_models, create_model
-from hba_augment.search.models.pyramidnet import PyramidNet, shake_drop
-from hba_augment.search.models.shake_shake import ShakeShakeBlock, shake_shake_mix
+from hba_augment.models import available_models, create_model
+from hba_augment.models.pyramidnet import PyramidNet, shake_drop
+from hba_augment.models.shake_shake import ShakeShakeBlock, shake_shake_mix
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread_per_test")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hba_augment.search.data import ImageData
+from hba_augment.datasets import ImageData
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 

@@ -1,4 +1,4 @@
-"""Tests for hba_augment.search.data: official-format loaders, ImageFolder trees and archives, the decode
+"""Tests for hba_augment.datasets: official-format loaders, ImageFolder trees and archives, the decode
 cache, class-balanced splits and verified downloads (served from a local HTTP server)."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from hba_augment.search import data as D
-from hba_augment.search.data import ImageData, balanced_split, load_dataset, reduced_split
+from hba_augment import datasets as D
+from hba_augment.datasets import ImageData, balanced_split, load_dataset, reduced_split
 
 CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 

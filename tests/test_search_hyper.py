@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hba_augment.functional._table import MAGNITUDE_OPS, NUM_OPS, OP_NAMES, OPS
+from hba_augment.models import available_models, create_model
 from hba_augment.schedule import Schedule
 from hba_augment.search.hparams import (
     HPARAM_NAMES,
@@ -21,7 +22,6 @@ from hba_augment.search.hparams import (
 )
 from hba_augment.search.hyper import HyperBatchNorm2d, HyperConv2d, HyperLinear
 from hba_augment.search.hyperize import STRATEGIES, HyperModel, hyperize
-from hba_augment.search.models import available_models, create_model
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from hba_augment.datasets import load_dataset, reduced_split
 from hba_augment.schedule import Schedule
 from hba_augment.search import loop
-from hba_augment.search.data import load_dataset, reduced_split
 from hba_augment.search.hparams import NUM_HPARAMS, hparams_to_policy
 from hba_augment.search.loop import (
     PRESETS,

@@ -10,14 +10,14 @@ import torch
 
 from hba_augment.functional._table import NUM_OPS, OPS
 from hba_augment.schedule import Schedule
-from hba_augment.search.evaluate import (
+from hba_augment.train.cli import main
+from hba_augment.train.trainer import (
     PAPER_HPARAMS,
     TrainConfig,
     load_data,
     parse_policy,
     train_and_evaluate,
 )
-from hba_augment.search.train_cli import main
 
 # Per test: --threads changes the process-wide setting.
 pytestmark = pytest.mark.usefixtures("torch_single_thread_per_test")

@@ -3,12 +3,12 @@
 * :mod:`~hba_augment.search.hyper`: hyper-layers ``HyperConv2d``, ``HyperLinear``, ``HyperBatchNorm2d``;
 * :mod:`~hba_augment.search.hyperize`: ``hyperize(model, num_hparams, strategy)`` -> ``HyperModel``;
 * :mod:`~hba_augment.search.hparams`: the 54 hyperparameters and their map to a policy;
-* :mod:`~hba_augment.search.models`: ``create_model("wrn-40-2", num_classes)``;
-* :mod:`~hba_augment.search.data`: datasets and reduced splits;
 * :mod:`~hba_augment.search.loop`: ``SearchConfig`` and ``run_search`` (Algorithm 2);
 * :mod:`~hba_augment.search.plot`: ``plot_schedule``; :mod:`~hba_augment.search.cli`: ``hba-augment search``.
 
-Names are imported lazily, so ``import hba_augment.search.cli`` (argument parsing) stays cheap.
+It uses the parts it shares with policy evaluation (:mod:`hba_augment.datasets`,
+:mod:`hba_augment.models`, the run driver :mod:`hba_augment._runner`) and never imports
+:mod:`hba_augment.train`. Names are imported lazily, so ``import hba_augment.search.cli`` (argument parsing) stays cheap.
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ _EXPORTS = {
     "hparams_to_policy": "hparams",
     "init_hparams": "hparams",
     "policy_to_hparams": "hparams",
-    "available_models": "models",
-    "create_model": "models",
     "SearchConfig": "loop",
     "SearchDivergedError": "loop",
     "SearchResult": "loop",

@@ -8,16 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["BASELINES", "DEFAULT_PRESET", "PRESETS"]
+from hba_augment._baselines import BASELINES
 
-#: The baseline augmentation of each protocol (paper): CIFAR's flip + pad-4 crop + Cutout 16; SVHN's
-#: standardisation only + Cutout 20; reduced ImageNet at 32x32 (whose full-size baseline does not fit
-#: such small images): CIFAR's flip + crop and no Cutout.
-BASELINES: dict[str, dict[str, Any]] = {
-    "cifar10": {"flip": True, "crop_padding": 4, "cutout": 16},
-    "svhn": {"flip": False, "crop_padding": 0, "cutout": 20},
-    "imagenet": {"flip": True, "crop_padding": 4, "cutout": 0},
-}
+__all__ = ["BASELINES", "DEFAULT_PRESET", "PRESETS"]
 
 #: The paper's search settings (appendix table "Hyperparameters for policy search") plus the baseline
 #: augmentation of each protocol. The paper searches on Reduced CIFAR-10 and has no CIFAR-100 row:

@@ -3,6 +3,9 @@
 Every option left unset takes the value of the preset (the paper's settings for the dataset, see
 :data:`hba_augment.search._presets.PRESETS`); ``--preset`` picks another one (e.g. ``--dataset imagefolder
 --preset cifar10`` for the CIFAR-10 JPEG copy).
+
+Started by ``torchrun --nproc-per-node N -m hba_augment search ...`` it runs data-parallel on N processes
+(``--batch-size`` stays the global batch); see :mod:`hba_augment._distributed`.
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from hba_augment.search._cli_common import (
+from hba_augment._cli_common import (
     classes,
     milestones,
     nonneg_float,
     nonneg_int,
+    positive_float,
     positive_int,
     run_command,
     setup_torch,
@@ -100,6 +104,9 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     g.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's choice)")
     g.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
                    help="channels-last memory format (default: on for CPU, off otherwise)")
+    g.add_argument("--dist-timeout", type=positive_float, default=1800.0, metavar="SECONDS",
+                   help="under torchrun: how long a process waits for the others before the run fails "
+                   "(default: 1800)")
     g = p.add_argument_group("output")
     g.add_argument("--out", required=True, help="output folder (schedule.json, metrics.jsonl, schedule.png, "
                    "checkpoint.pt)")
@@ -115,21 +122,28 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "hba-augment search") -> int:
-    """Entry point; returns the process exit status (0 ok, 1 diverged, 2 bad input, 130 interrupted)."""
+    """Entry point; returns the process exit status (0 ok, 1 diverged, 2 bad input, 3 a distributed run lost a
+    process or timed out, 130 interrupted)."""
     parser = build_parser(prog)
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
 
     import torch
 
+    from hba_augment import _distributed
     from hba_augment.search.loop import SearchConfig, SearchDivergedError, run_search
 
-    device = setup_torch(args.threads, args.device)
-    if device.startswith("cuda"):
+    requested = setup_torch(args.threads, args.device)
+    if requested.startswith("cuda"):
         # Fixed shapes all run long: let cuDNN pick the fastest kernels.
         torch.backends.cudnn.benchmark = True
 
     def body() -> str:
+        with _distributed.session(requested, timeout=args.dist_timeout) as (ctx, device):
+            text = _search(device)
+        return text if ctx.is_main else ""
+
+    def _search(device: str) -> str:
         config = SearchConfig.from_preset(
             args.preset, dataset=args.dataset, data_dir=args.data_dir, model=args.model, strategy=args.strategy,
             epochs=args.epochs, train_size=args.train_size, val_size=args.val_size, batch_size=args.batch_size,
@@ -142,7 +156,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "hba-augment search") ->
         if args.name is None:
             config.name = default_name(args.out, config.dataset, config.model)
         # Model names are checked before any data is read.
-        from hba_augment.search.models import create_model
+        from hba_augment.models import create_model
 
         create_model(config.model, 2)
         command = shlex.join([*prog.split(), *argv])

@@ -49,19 +49,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hba_augment import functional
-from hba_augment._version import __version__
-from hba_augment.functional._table import MAGNITUDE_OPS, OPS
-from hba_augment.schedule import Schedule
-from hba_augment.search import _runner
-from hba_augment.search._presets import DEFAULT_PRESET, PRESETS
-from hba_augment.search._runner import (
+from hba_augment import _distributed, _runner, functional
+from hba_augment._runner import (
     LR_SCHEDULES as LR_SCHEDULES,  # re-exported (this module defined it before _runner existed)
 )
-from hba_augment.search._runner import baseline_augment, describe_device, lr_at
+from hba_augment._runner import baseline_augment, describe_device, lr_at
+from hba_augment._version import __version__
+from hba_augment.functional._table import MAGNITUDE_OPS, OPS
+from hba_augment.models import create_model
+from hba_augment.schedule import Schedule
+from hba_augment.search._presets import DEFAULT_PRESET, PRESETS
 from hba_augment.search.hparams import NUM_HPARAMS, NUM_PROB_HPARAMS, hparams_to_policy, init_hparams
 from hba_augment.search.hyperize import STRATEGIES, HyperModel, hyperize
-from hba_augment.search.models import create_model
 
 __all__ = [
     "CHECKPOINT_FILE",
@@ -98,9 +97,9 @@ class SearchConfig:
     """Everything that defines a search. ``SearchConfig.from_preset`` fills in the paper's defaults.
 
     Attributes:
-        dataset: one of ``hba_augment.search.data.DATASETS``.
-        data_dir: where the dataset lives (see :func:`hba_augment.search.data.load_dataset`).
-        model: a name for :func:`hba_augment.search.models.create_model`, e.g. ``"wrn-40-2"``.
+        dataset: one of ``hba_augment.datasets.DATASETS``.
+        data_dir: where the dataset lives (see :func:`hba_augment.datasets.load_dataset`).
+        model: a name for :func:`hba_augment.models.create_model`, e.g. ``"wrn-40-2"``.
         strategy: weight-sharing strategy (:data:`hba_augment.search.hyperize.STRATEGIES`, not ``"none"``).
         epochs: search epochs = schedule entries.
         train_size, val_size: sizes of the disjoint, class-balanced training and validation subsets drawn
@@ -175,7 +174,7 @@ class SearchConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field."""
-        from hba_augment.search.data import DATASETS
+        from hba_augment.datasets import DATASETS
 
         if self.dataset not in DATASETS:
             raise ValueError(f"Unknown dataset {self.dataset!r}; expected one of {list(DATASETS)}")
@@ -230,7 +229,7 @@ def _frozen_bn_statistics(model: nn.Module) -> Iterator[None]:
 
 
 def _load_data(config: SearchConfig) -> tuple[Any, Any, str]:
-    from hba_augment.search.data import load_dataset, reduced_split
+    from hba_augment.datasets import load_dataset, reduced_split
 
     full = load_dataset(config.dataset, config.data_dir, split="train", image_size=config.image_size,
                         classes=list(config.classes) if isinstance(config.classes, tuple) else config.classes,
@@ -279,10 +278,27 @@ class _ValStream:
 class _Search:
     """State and steps of one search (kept in one object so that checkpointing is one place)."""
 
-    def __init__(self, config: SearchConfig, train: Any, val: Any, log: Callable[[str], None]) -> None:
+    def __init__(self, config: SearchConfig, train: Any, val: Any, log: Callable[[str], None],
+                 dist_context: _distributed.DistContext | None = None) -> None:
         self.config = config
         self.log = log
+        self.dist = _distributed.current() if dist_context is None else dist_context
         self.device = torch.device(config.device)
+        self._place_data(train, val)
+        self._plan_batches()
+        self._build_model()
+        self._build_streams()
+        self.epoch = 0  # completed epochs
+        self.step = 0  # completed training steps
+        self.prob_history: list[Tensor] = []
+        self.mag_history: list[Tensor] = []
+        self.metrics: list[dict[str, Any]] = []
+        self.wall_seconds = 0.0
+        self.sessions = 1
+
+    # -- set-up -----------------------------------------------------------------------------------
+    def _place_data(self, train: Any, val: Any) -> None:
+        """Check the images, move them to the device and compute the standardisation."""
         dev = self.device
         self.num_classes = len(train.classes)
         self.train_x = train.images.to(dev)
@@ -300,39 +316,51 @@ class _Search:
         self._scale = (1.0 / (255.0 * self.std)).to(dev)[None, :, None, None]
         self._shift = (-self.mean / self.std).to(dev)[None, :, None, None]
 
-        b = config.batch_size
-        self.steps_per_epoch = math.ceil(self.n_train / b)
-        self.outer_per_epoch = math.ceil(self.steps_per_epoch / config.t_train)
+    def _plan_batches(self) -> None:
+        cfg, world = self.config, self.dist.world_size
+        b = cfg.batch_size
         self.val_batch = min(b, self.n_val)
+        if world > 1 and min(b, self.val_batch) < 2 * world:
+            raise ValueError(f"batches of {min(b, self.val_batch)} images are too small for {world} processes: each "
+                             f"needs at least 2 images of every batch (batch norm); use a batch size and a "
+                             f"validation set of at least {2 * world} images")
+        self.steps_per_epoch = math.ceil(self.n_train / b)
+        if world > 1 and 0 < self.n_train % b < 2 * world:
+            # A trailing batch that would leave a rank fewer than 2 images is dropped.
+            self.steps_per_epoch -= 1
+        self.outer_per_epoch = math.ceil(self.steps_per_epoch / cfg.t_train)
 
+    def _build_model(self) -> None:
+        """The hypernetwork, lambda and their optimisers (the same initial values on every rank)."""
+        cfg, dev = self.config, self.device
         # Model initialisation from the seed without disturbing the caller's global RNG.
         # (Models are built on the CPU, so only the CPU generator is seeded, and restored afterwards.)
         with torch.random.fork_rng(devices=[]):
-            torch.default_generator.manual_seed(config.seed)
-            model = create_model(config.model, self.num_classes)
-            self.hm: HyperModel = hyperize(model, NUM_HPARAMS, config.strategy, inplace=True)
-        self.channels_last = dev.type == "cpu" if config.channels_last is None else bool(config.channels_last)
+            torch.default_generator.manual_seed(cfg.seed)
+            model = create_model(cfg.model, self.num_classes)
+            self.hm: HyperModel = hyperize(model, NUM_HPARAMS, cfg.strategy, inplace=True)
+        self.channels_last = dev.type == "cpu" if cfg.channels_last is None else bool(cfg.channels_last)
         self.hm.to(dev).train()
         if self.channels_last:
             self.hm.to(memory_format=torch.channels_last)
         self.hparams = init_hparams(device=dev).requires_grad_(True)
-        self.opt = torch.optim.SGD(self.hm.parameters(), lr=config.lr, momentum=config.momentum,
-                                   nesterov=config.nesterov, weight_decay=config.wd)
-        self.hopt = torch.optim.Adam([self.hparams], lr=config.hparam_lr)
+        self.opt = torch.optim.SGD(self.hm.parameters(), lr=cfg.lr, momentum=cfg.momentum,
+                                   nesterov=cfg.nesterov, weight_decay=cfg.wd)
+        self.hopt = torch.optim.Adam([self.hparams], lr=cfg.hparam_lr)
+        # DDP all-reduces the weights' gradients of the training steps; lambda's (validation steps) are
+        # all-reduced by hand. self.hm stays the plain network (validation steps, checkpoints).
+        self.net: nn.Module = self.hm
+        if self.dist.distributed:
+            self.net = nn.parallel.DistributedDataParallel(self.hm, device_ids=[dev] if dev.type == "cuda" else None)
 
-        seed = config.seed
+    def _build_streams(self) -> None:
+        """The random streams: the data order (and the validation stream) is shared by the ranks; noise
+        and augmentation draws are each rank's own (rank 0 keeps the single-process seeds)."""
+        seed, dev, rank = self.config.seed, self.device, self.dist.rank
         self.g_data = torch.Generator().manual_seed(seed * 4 + 1)  # data order: CPU, device independent
-        self.g_noise = torch.Generator(device=dev).manual_seed(seed * 4 + 2)
-        self.g_aug = torch.Generator(device=dev).manual_seed(seed * 4 + 3)
+        self.g_noise = torch.Generator(device=dev).manual_seed(_distributed.rank_seed(seed * 4 + 2, rank))
+        self.g_aug = torch.Generator(device=dev).manual_seed(_distributed.rank_seed(seed * 4 + 3, rank))
         self.val_stream = _ValStream(self.n_val, self.val_batch, self.g_data)
-
-        self.epoch = 0  # completed epochs
-        self.step = 0  # completed training steps
-        self.prob_history: list[Tensor] = []
-        self.mag_history: list[Tensor] = []
-        self.metrics: list[dict[str, Any]] = []
-        self.wall_seconds = 0.0
-        self.sessions = 1
 
     # -- data -------------------------------------------------------------------------------------
     def normalise(self, x: Tensor) -> Tensor:
@@ -344,7 +372,8 @@ class _Search:
     # -- steps ------------------------------------------------------------------------------------
     def train_step(self, idx: Tensor, acc: dict[str, Tensor]) -> None:
         cfg = self.config
-        idx = idx.to(self.device, non_blocking=True)
+        global_size = len(idx)
+        idx = _distributed.shard(idx, self.dist).to(self.device, non_blocking=True)
         x, y = self.train_x[idx], self.train_y[idx]
         n = x.shape[0]
         eps = torch.randn(n, NUM_HPARAMS, generator=self.g_noise, device=self.device)
@@ -356,46 +385,75 @@ class _Search:
         lr = lr_at(cfg, self.step, self.steps_per_epoch)
         for group in self.opt.param_groups:
             group["lr"] = lr
-        logits = self.hm(self._layout(x), lam)
-        loss = F.cross_entropy(logits, y)
+        logits = self.net(self._layout(x), lam)
+        if self.dist.distributed:
+            # DDP averages the ranks' gradients; scaling each shard's summed loss by world / global size
+            # makes that average the gradient of the global batch's mean loss, shards of unequal size included.
+            loss_sum = F.cross_entropy(logits, y, reduction="sum")
+            loss = loss_sum * (self.dist.world_size / global_size)
+        else:
+            loss = F.cross_entropy(logits, y)
+            loss_sum = loss * n
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()
         self.step += 1
         with torch.no_grad():
-            acc["train_loss"] += loss.detach() * n
+            acc["train_loss"] += loss_sum.detach()
             acc["train_correct"] += (logits.argmax(1) == y).sum()
             acc["train_n"] += n
 
     def val_step(self, acc: dict[str, Tensor]) -> None:
-        idx = self.val_stream.next().to(self.device, non_blocking=True)
+        idx = self.val_stream.next()
+        global_size = len(idx)
+        idx = _distributed.shard(idx, self.dist).to(self.device, non_blocking=True)
         x, y = self._layout(self.normalise(self.val_x[idx])), self.val_y[idx]
         with _frozen_bn_statistics(self.hm):
             logits = self.hm(x, self.hparams)
-        loss = F.cross_entropy(logits, y)
+        if self.dist.distributed:
+            # Each rank's loss is its shard's part of the global batch's mean loss, so the sum of the ranks'
+            # gradients is the global batch's: the same lambda step on every rank.
+            loss_sum = F.cross_entropy(logits, y, reduction="sum")
+            loss = loss_sum / global_size
+        else:
+            loss = F.cross_entropy(logits, y)
+            loss_sum = loss * len(y)
         # Only d loss / d lambda: autograd skips every weight gradient.
         (grad,) = torch.autograd.grad(loss, [self.hparams])
+        _distributed.all_reduce_sum([grad], self.dist)
         self.hparams.grad = grad
         self.hopt.step()
         self.hparams.grad = None
         with torch.no_grad():
-            acc["val_loss"] += loss.detach() * len(y)
+            acc["val_loss"] += loss_sum.detach()
             acc["val_correct"] += (logits.argmax(1) == y).sum()
             acc["val_n"] += len(y)
 
     def run_epoch(self) -> dict[str, Any]:
-        cfg = self.config
         start = time.perf_counter()
-        zeros = {k: torch.zeros((), device=self.device)
-                 for k in ("train_loss", "train_correct", "train_n", "val_loss", "val_correct", "val_n")}
+        sums = self._run_iterations()
+        totals = self._epoch_totals(sums)
+        with torch.no_grad():
+            prob, mag = hparams_to_policy(self.hparams.detach().cpu().double())
+        self.prob_history.append(prob)
+        self.mag_history.append(mag)
+        self.epoch += 1
+        agreement = self._check_ranks_agree()
+        return {**self._epoch_metrics(totals, prob, mag, time.perf_counter() - start), **agreement}
+
+    def _run_iterations(self) -> dict[str, Tensor]:
+        """One pass over the training split; returns the (device) sums of losses, hits and images."""
+        cfg = self.config
+        sums = {k: torch.zeros((), device=self.device)
+                for k in ("train_loss", "train_correct", "train_n", "val_loss", "val_correct", "val_n")}
         perm = torch.randperm(self.n_train, generator=self.g_data)
-        batches = list(perm.split(cfg.batch_size))
+        batches = list(perm.split(cfg.batch_size))[: self.steps_per_epoch]
         try:
             for o in range(self.outer_per_epoch):
                 for idx in batches[o * cfg.t_train : (o + 1) * cfg.t_train]:
-                    self.train_step(idx, zeros)
+                    self.train_step(idx, sums)
                 for _ in range(cfg.t_val):
-                    self.val_step(zeros)
+                    self.val_step(sums)
                 if self.on_iteration is not None:
                     self.on_iteration()
         except ValueError as e:
@@ -403,30 +461,36 @@ class _Search:
             if not bool(torch.isfinite(self.hparams).all()):
                 raise self._diverged("lambda") from e
             raise
-        m = {k: float(v) for k, v in zeros.items()}
+        return sums
+
+    def _epoch_totals(self, sums: dict[str, Tensor]) -> dict[str, float]:
+        """The sums over all ranks as numbers; ``SearchDivergedError`` if a loss or lambda is not finite."""
+        _distributed.all_reduce_sum(list(sums.values()), self.dist)
+        # Rank 0's running statistics for every rank: the checkpoint describes the model all ranks hold.
+        _distributed.broadcast_buffers(self.hm, self.dist)
+        m = {k: float(v) for k, v in sums.items()}
         train_loss = m["train_loss"] / m["train_n"]
         val_loss = m["val_loss"] / m["val_n"] if m["val_n"] else math.nan
         if not math.isfinite(train_loss):
             raise self._diverged("training loss", train_loss)
-        if cfg.t_val and not math.isfinite(val_loss):
+        if self.config.t_val and not math.isfinite(val_loss):
             raise self._diverged("validation loss", val_loss)
         if not bool(torch.isfinite(self.hparams).all()):
             raise self._diverged("lambda")
-        with torch.no_grad():
-            prob, mag = hparams_to_policy(self.hparams.detach().cpu().double())
-        self.prob_history.append(prob)
-        self.mag_history.append(mag)
-        self.epoch += 1
-        seconds = time.perf_counter() - start
+        return m
+
+    def _epoch_metrics(self, m: dict[str, float], prob: Tensor, mag: Tensor, seconds: float) -> dict[str, Any]:
+        """The epoch's line of ``metrics.jsonl`` (after ``self.epoch`` was counted)."""
+        cfg = self.config
         lo = torch.tensor([OPS[k].low for k in MAGNITUDE_OPS], dtype=torch.float64)
         hi = torch.tensor([OPS[k].high for k in MAGNITUDE_OPS], dtype=torch.float64)
         frac = (mag[:, list(MAGNITUDE_OPS)] - lo) / (hi - lo)
         lam = self.hparams.detach().cpu().double()
         return {
             "epoch": self.epoch - 1,
-            "train_loss": train_loss,
+            "train_loss": m["train_loss"] / m["train_n"],
             "train_acc": m["train_correct"] / m["train_n"],
-            "val_loss": val_loss,
+            "val_loss": m["val_loss"] / m["val_n"] if m["val_n"] else math.nan,
             "val_acc": m["val_correct"] / m["val_n"] if m["val_n"] else math.nan,
             "lr": lr_at(cfg, self.step - 1, self.steps_per_epoch),
             "hparam_lr": cfg.hparam_lr,
@@ -440,6 +504,18 @@ class _Search:
             "train_images_per_second": m["train_n"] / seconds,
             "wall_seconds": self.wall_seconds + seconds,
         }
+
+    def _check_ranks_agree(self) -> dict[str, Any]:
+        """With several processes: a hash of lambda, the weights and the buffers from every rank, which
+        must be equal (the all-reduced steps keep them so bit for bit); ``{}`` with one process."""
+        if not self.dist.distributed:
+            return {}
+        mine = _runner.fingerprint(self.hparams, *self.hm.state_dict().values())
+        hashes = _distributed.all_gather_objects(mine, self.dist)
+        if len(set(hashes)) != 1:
+            raise _distributed.DistributedError(
+                f"the ranks' hypernetworks differ after epoch {self.epoch} (hashes {hashes}); the search stops")
+        return {"processes": self.dist.world_size, "rank_hashes": hashes}
 
     on_iteration: Callable[[], None] | None = None
 
@@ -487,6 +563,7 @@ class _Search:
             "channels_last": self.channels_last,
             "baseline": {"flip": cfg.flip, "crop_padding": cfg.crop_padding, "cutout": cfg.cutout},
             "sessions": self.sessions,
+            **({"processes": self.dist.world_size} if self.dist.distributed else {}),
             "final_val_loss": self.metrics[-1]["val_loss"] if self.metrics else None,
             "final_val_acc": self.metrics[-1]["val_acc"] if self.metrics else None,
         }
@@ -496,13 +573,19 @@ class _Search:
 
     # -- checkpoint -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        """The search's state; with several processes it holds every rank's random streams (a collective)."""
+        rng = _runner.rng_state(self.device, self._generators())
+        extra = {}
+        if self.dist.distributed:
+            extra = {"world_size": self.dist.world_size, "rank_rng": _distributed.all_gather_objects(rng, self.dist)}
         return _runner.checkpoint_state(
             self, _CHECKPOINT_FORMAT, _CHECKPOINT_VERSION,
+            **extra,
             model=self.hm.state_dict(),
             optimizer=self.opt.state_dict(),
             hparam_optimizer=self.hopt.state_dict(),
             hparams=self.hparams.detach().cpu().clone(),
-            rng=_runner.rng_state(self.device, self._generators()),
+            rng=rng,
             val_stream={"perm": self.val_stream.perm.clone(), "pos": self.val_stream.pos},
             prob_history=[t.clone() for t in self.prob_history],
             mag_history=[t.clone() for t in self.mag_history],
@@ -519,13 +602,18 @@ class _Search:
             settings="the search settings", device=self.device,
             data_mismatch="the training/validation images differ from the checkpoint's (different data files?)",
         )
+        saved_world = int(state.get("world_size", 1))
+        if saved_world != self.dist.world_size:
+            raise ValueError(f"cannot resume from {path}: it was written by a search of {saved_world} process(es), "
+                             f"this one has {self.dist.world_size}; resume with the same number of processes")
         self.hm.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
         self.hopt.load_state_dict(state["hparam_optimizer"])
         with torch.no_grad():
             self.hparams.copy_(state["hparams"].to(self.device))
         # Adam's state must refer to the live hparams tensor (load_state_dict maps it by position).
-        _runner.restore_rng(state["rng"], self.device, self._generators())
+        rng = state["rank_rng"][self.dist.rank] if self.dist.distributed else state["rng"]
+        _runner.restore_rng(rng, self.device, self._generators())
         self.val_stream.perm = state["val_stream"]["perm"]
         self.val_stream.pos = int(state["val_stream"]["pos"])
         _runner.restore_counters(self, state)
@@ -562,7 +650,7 @@ def run_search(
         out_dir: output folder (created if missing).
         resume: continue from ``out_dir/checkpoint.pt`` if it exists (else start afresh). Without it, a
             folder that already holds a checkpoint or a schedule is refused.
-        data: ``(train, val)`` :class:`~hba_augment.search.data.ImageData` to use instead of loading
+        data: ``(train, val)`` :class:`~hba_augment.datasets.ImageData` to use instead of loading
             ``config.dataset`` (the provenance then names the data as given by the caller).
         command: the command line recorded in the provenance (``None``: ``sys.argv``).
         progress: show a tqdm bar (``None``: only when stderr is a terminal).
@@ -606,7 +694,8 @@ def run_search(
     log(f"search: {config.model} ({config.strategy}) on {search.n_train} train / {search.n_val} val images, "
         f"{_runner.plural(config.epochs, 'epoch')} x {_runner.plural(search.steps_per_epoch, 'SGD step')} "
         f"({_runner.plural(search.outer_per_epoch, 'iteration')} of {_runner.plural(config.t_train, 'SGD step')} + "
-        f"{_runner.plural(config.t_val, 'hyperparameter step')}), device {describe_device(search.device)}")
+        f"{_runner.plural(config.t_val, 'hyperparameter step')}), device {describe_device(search.device)}"
+        + (f" x {search.dist.world_size} processes (DDP)" if search.dist.distributed else ""))
 
     def report(metrics: dict[str, Any], remaining: float) -> tuple[str, dict[str, str]]:
         line = (f"epoch {metrics['epoch'] + 1}/{config.epochs}: train loss {metrics['train_loss']:.4f} "
@@ -621,16 +710,19 @@ def run_search(
                on_epoch_end=on_epoch_end)
 
     schedule = search.schedule(command)
-    schedule.save(files["schedule"])
-    _runner.write_jsonl(files["metrics"], search.metrics)
-    if plot:
-        from hba_augment.search.plot import plot_schedule
+    if search.dist.is_main:  # every rank holds the same schedule; one writes it
+        schedule.save(files["schedule"])
+        _runner.write_jsonl(files["metrics"], search.metrics)
+        if plot:
+            from hba_augment.search.plot import plot_schedule
 
-        try:
-            plot_schedule(schedule, files["plot"])
-        except ImportError as e:  # a broken matplotlib install: the schedule is written, keep it
-            log(f"warning: could not write {files['plot']} ({e}); the schedule is in {files['schedule']}")
-            plot = False
+            try:
+                plot_schedule(schedule, files["plot"])
+            except ImportError as e:  # a broken matplotlib install: the schedule is written, keep it
+                log(f"warning: could not write {files['plot']} ({e}); the schedule is in {files['schedule']}")
+                plot = False
+    # Every rank returns once the files are on disk.
+    _distributed.barrier(search.dist)
     if not plot:
         files.pop("plot")
     log(f"wrote {files['schedule']} ({_runner.plural(schedule.epochs, 'entry', 'entries')}, "

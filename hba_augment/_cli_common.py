@@ -11,7 +11,16 @@ import os
 import sys
 from collections.abc import Callable
 
-__all__ = ["classes", "milestones", "nonneg_float", "nonneg_int", "positive_int", "run_command", "setup_torch"]
+__all__ = [
+    "classes",
+    "milestones",
+    "nonneg_float",
+    "nonneg_int",
+    "positive_float",
+    "positive_int",
+    "run_command",
+    "setup_torch",
+]
 
 
 def classes(text: str) -> int | tuple[str, ...]:
@@ -68,6 +77,23 @@ def nonneg_float(text: str) -> float:
     return value
 
 
+def positive_float(text: str) -> float:
+    """A finite number ``> 0``."""
+    value = nonneg_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def _distributed_failure(e: BaseException) -> bool:
+    """Whether ``e`` says that the processes of a torchrun run could not work together."""
+    from hba_augment._distributed import DistributedError  # torch is imported once a run has started
+
+    dist = sys.modules.get("torch.distributed")
+    dist_error = getattr(dist, "DistError", None) if dist is not None else None
+    return isinstance(e, DistributedError) or (dist_error is not None and isinstance(e, dist_error))
+
+
 def setup_torch(threads: int | None, device: str) -> str:
     """Apply ``--threads`` (if given) and resolve ``--device auto`` (CUDA if available, else the CPU)."""
     import torch
@@ -101,7 +127,9 @@ def run_command(prog: str, body: Callable[[], str], diverged: type[BaseException
     """Run ``body`` and print what it returns; map the outcome to an exit status.
 
     0: done; 1: ``diverged`` was raised; 2: bad input (``ValueError``, ``FileNotFoundError``) or a missing
-    optional dependency; 130: interrupted. Messages go to stderr, prefixed with ``prog``.
+    optional dependency; 3: the processes of a distributed (torchrun) run could not join, or one was lost
+    or timed out; 130: interrupted. Messages go to stderr, prefixed with ``prog``. ``body`` may return
+    ``""`` to print nothing (ranks other than 0).
 
     Args:
         out: the run's output folder. If the run fails, the folders this call created for it are removed
@@ -124,11 +152,16 @@ def run_command(prog: str, body: Callable[[], str], diverged: type[BaseException
     except KeyboardInterrupt:
         print(f"{prog}: interrupted; continue with the same command and --resume", file=sys.stderr)
         status = 130
-    except BaseException:
-        _remove_empty(created)
-        raise
+    except BaseException as e:
+        if not _distributed_failure(e):
+            _remove_empty(created)
+            raise
+        print(f"{prog}: error: the distributed run failed: {e}\nThe last checkpoint is intact; continue with the "
+              "same command, the same number of processes and --resume", file=sys.stderr)
+        status = 3
     if status:
         _remove_empty(created)
         return status
-    print(text)
+    if text:
+        print(text)
     return 0

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hba_augment.search.models._common import check_num_classes, classify, conv_bn_stem, init_weights
+from hba_augment.models._common import check_num_classes, classify, conv_bn_stem, init_weights
 
 __all__ = ["ShakeShakeResNet", "shake_shake", "shake_shake_mix"]
 

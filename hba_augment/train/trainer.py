@@ -23,7 +23,7 @@ Policies (``TrainConfig.policy``):
 The order is the paper's and PBA's ("we applied our augmentation policy, baseline, and Cutout in
 sequence"): the policy on uint8 pixels, then standardisation with the training subset's per-channel
 mean and std, flip, zero-padded crop and Cutout on the standardised batch (so padding and the Cutout
-patch are the mean colour), as :func:`hba_augment.search.loop.baseline_augment` does for the search.
+patch are the mean colour), as :func:`hba_augment._runner.baseline_augment` does for the search.
 
 Training: SGD with Nesterov momentum 0.9 and weight decay on every parameter, learning rate set per step
 (cosine to 0 over the run, or a x0.1 step decay at epoch milestones), cross-entropy loss, the last
@@ -55,9 +55,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from hba_augment import _distributed, _runner
 from hba_augment._io import atomic_open
 from hba_augment._version import __version__
-from hba_augment.search import _runner
 
 __all__ = [
     "CHECKPOINT_FILE",
@@ -166,7 +166,7 @@ def parse_policy(policy: str) -> tuple[str, str | None]:
 
 
 def _check_model_name(name: str) -> None:
-    from hba_augment.search.models import create_model
+    from hba_augment.models import create_model
 
     # On the meta device nothing is allocated, so this is cheap even for WRN-28-10.
     with torch.device("meta"):
@@ -182,14 +182,40 @@ def _load_hba(schedule: str, total_epochs: int) -> Any:
         raise ValueError(f"cannot read HBA schedule {schedule!r}: {e}") from None
 
 
+def _paper_defaults(preset: str, model: Any, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The paper's settings for ``preset`` and ``model``'s family, and where they came from (``hparams_source``).
+
+    A family without a row in the preset takes the preset's first row. The step schedule's milestones are
+    scaled by ``epochs / table epochs`` when ``overrides`` sets ``epochs`` and not ``lr_milestones``.
+    """
+    if preset not in EVAL_PRESETS:
+        raise ValueError(f"Unknown preset {preset!r}; expected one of {list(EVAL_PRESETS)}")
+    table = PAPER_HPARAMS[preset]
+    family = model_family(model) if isinstance(model, str) else ""
+    row_family = family if family in table else next(iter(table))
+    lr, wd, batch_size, epochs = table[row_family]
+    source = f"paper table: {preset} / {row_family}"
+    if row_family != family:
+        source += f" (no row for {family!r}; using the preset's first row)"
+    values: dict[str, Any] = {
+        "lr": lr, "wd": wd, "batch_size": batch_size, "epochs": epochs,
+        **{k: v for k, v in EVAL_PRESETS[preset].items() if k != "autoaugment_policy"},
+        "hparams_source": source,
+    }
+    if "epochs" in overrides and "lr_milestones" not in overrides and values["lr_milestones"]:
+        scale = overrides["epochs"] / epochs
+        values["lr_milestones"] = tuple(sorted({max(1, round(m * scale)) for m in values["lr_milestones"]}))
+    return values
+
+
 @dataclass
 class TrainConfig:
     """Everything that defines a training run. ``TrainConfig.from_preset`` fills in the paper's defaults.
 
     Attributes:
-        dataset: one of ``hba_augment.search.data.DATASETS``.
-        data_dir: where it lives (see :func:`hba_augment.search.data.load_dataset`).
-        model: a :func:`~hba_augment.search.models.create_model` name.
+        dataset: one of ``hba_augment.datasets.DATASETS``.
+        data_dir: where it lives (see :func:`hba_augment.datasets.load_dataset`).
+        model: a :func:`~hba_augment.models.create_model` name.
         policy: ``none``, ``baseline``, ``cutout``, ``autoaugment``, ``randaugment``, ``trivialaugment`` or
             ``hba:<shipped name or path>``.
         preset: ``cifar10``, ``cifar100``, ``svhn`` or ``imagenet``: the protocol whose settings are used.
@@ -253,29 +279,10 @@ class TrainConfig:
         ``lr_milestones`` is not.
         """
         overrides = {k: v for k, v in overrides.items() if v is not None}
-        dataset = overrides.get("dataset", cls.dataset)
-        model = overrides.get("model", cls.model)
         if preset is None:
-            preset = DEFAULT_PRESET.get(dataset, "cifar10")
-        if preset not in EVAL_PRESETS:
-            raise ValueError(f"Unknown preset {preset!r}; expected one of {list(EVAL_PRESETS)}")
-        table = PAPER_HPARAMS[preset]
-        family = model_family(model) if isinstance(model, str) else ""
-        row_family = family if family in table else next(iter(table))
-        lr, wd, batch_size, epochs = table[row_family]
-        source = f"paper table: {preset} / {row_family}"
-        if row_family != family:
-            source += f" (no row for {family!r}; using the preset's first row)"
-        values: dict[str, Any] = {
-            "lr": lr, "wd": wd, "batch_size": batch_size, "epochs": epochs,
-            **{k: v for k, v in EVAL_PRESETS[preset].items() if k != "autoaugment_policy"},
-        }
-        if "epochs" in overrides and "lr_milestones" not in overrides and values["lr_milestones"]:
-            scale = overrides["epochs"] / epochs
-            values["lr_milestones"] = tuple(sorted({max(1, round(m * scale)) for m in values["lr_milestones"]}))
-        values.update(overrides)
-        values["preset"] = preset
-        values["hparams_source"] = source
+            preset = DEFAULT_PRESET.get(overrides.get("dataset", cls.dataset), "cifar10")
+        defaults = _paper_defaults(preset, overrides.get("model", cls.model), overrides)
+        values = {**defaults, **overrides, "preset": preset, "hparams_source": defaults["hparams_source"]}
         unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ValueError(f"Unknown TrainConfig field(s) {sorted(unknown)}")
@@ -299,7 +306,7 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field (the model name and HBA schedule included)."""
-        from hba_augment.search.data import DATASETS
+        from hba_augment.datasets import DATASETS
 
         if self.dataset not in DATASETS:
             raise ValueError(f"Unknown dataset {self.dataset!r}; expected one of {list(DATASETS)}")
@@ -348,12 +355,12 @@ class TrainResult:
 
 # ----------------------------------------------------------------------------------------------- data
 def load_data(config: TrainConfig) -> tuple[Any, Any, str]:
-    """The training and test :class:`~hba_augment.search.data.ImageData` of ``config`` and a description.
+    """The training and test :class:`~hba_augment.datasets.ImageData` of ``config`` and a description.
 
     The test set is the dataset's test split (ImageFolder: ``test/``, else ``val/``). ``train_size`` /
     ``test_size`` take class-balanced subsets drawn with ``subset_seed`` (default ``seed``).
     """
-    from hba_augment.search.data import balanced_split, load_dataset
+    from hba_augment.datasets import balanced_split, load_dataset
 
     kwargs = {"image_size": config.image_size, "download": config.download,
               "classes": list(config.classes) if isinstance(config.classes, tuple) else config.classes}
@@ -441,11 +448,18 @@ def _torchvision_policy(kind: str, preset: str) -> Callable[[Tensor], Tensor]:
 # ----------------------------------------------------------------------------------------------- eval
 @torch.no_grad()
 def evaluate_model(model: nn.Module, images: Tensor, labels: Tensor, normalise: Callable[[Tensor], Tensor],
-                   *, batch_size: int = 500, channels_last: bool = False, amp: bool = False) -> tuple[float, float]:
+                   *, batch_size: int = 500, channels_last: bool = False, amp: bool = False,
+                   dist_context: _distributed.DistContext = _distributed.SINGLE) -> tuple[float, float]:
     """Mean cross-entropy and error (percent) of ``model`` in eval mode on uint8 ``images`` ``(N, C, H, W)``.
 
     ``images`` and ``labels`` must be on the model's device; ``normalise`` maps uint8 to model input.
     The model's training mode is restored afterwards.
+
+    Args:
+        dist_context: with several processes, each evaluates its round-robin share of the batches
+            (:func:`hba_augment._distributed.eval_batches`) and the sums are added up, so every image
+            counts exactly once, in the batch it would have in a single-process run; every rank gets the
+            result. ``images``, ``labels`` and the model must then be the same on every rank.
     """
     was_training = model.training
     model.eval()
@@ -453,9 +467,9 @@ def evaluate_model(model: nn.Module, images: Tensor, labels: Tensor, normalise: 
     loss_sum = torch.zeros((), dtype=torch.float64, device=dev)
     wrong = torch.zeros((), dtype=torch.int64, device=dev)
     try:
-        for start in range(0, len(labels), batch_size):
-            x = normalise(images[start : start + batch_size])
-            y = labels[start : start + batch_size]
+        for start, stop in _distributed.eval_batches(len(labels), batch_size, dist_context):
+            x = normalise(images[start:stop])
+            y = labels[start:stop]
             if channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
             with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
@@ -464,82 +478,35 @@ def evaluate_model(model: nn.Module, images: Tensor, labels: Tensor, normalise: 
             wrong += (logits.argmax(1) != y).sum()
     finally:
         model.train(was_training)
+    _distributed.all_reduce_sum([loss_sum, wrong], dist_context)
     n = len(labels)
     return float(loss_sum) / n, 100.0 * float(wrong) / n
 
 
 # ----------------------------------------------------------------------------------------------- train
 class _Trainer:
-    """State and steps of one training run (one object, so that checkpointing is one place)."""
+    """State and steps of one training run (one object, so that checkpointing is one place).
 
-    def __init__(self, config: TrainConfig, train: Any, test: Any, log: Callable[[str], None]) -> None:
-        from hba_augment.search.models import create_model
+    Under torchrun every rank holds one: the same data, model and optimiser; each trains on its shard
+    of every global batch through DistributedDataParallel (gradients averaged over the global batch),
+    draws its own augmentations, and rank 0's batch-norm statistics are given to all at the end of each
+    epoch (so that the checkpoint and the tested model are one model).
+    """
 
-        self.config = cfg = config
+    def __init__(self, config: TrainConfig, train: Any, test: Any, log: Callable[[str], None],
+                 dist_context: _distributed.DistContext | None = None) -> None:
+        self.config = config
         self.log = log
-        self.device = dev = torch.device(config.device)
-        self.num_classes = len(train.classes)
-        if train.images.dtype != torch.uint8 or test.images.dtype != torch.uint8:
-            raise ValueError("training and test images must be uint8 tensors (N, C, H, W)")
-        self.n_train, self.n_test = len(train.labels), len(test.labels)
-        if self.n_train < 2 or self.n_test < 1:
-            raise ValueError(f"need at least 2 training images and 1 test image, got {self.n_train} and {self.n_test}")
-        self.fingerprint = _runner.fingerprint(train.images, train.labels, test.images, test.labels)
-        self.kind, self.policy_arg = parse_policy(cfg.policy)
-        self.aug = cfg.augmentation()
-        x64 = train.images.double() / 255.0
-        mean = x64.mean(dim=(0, 2, 3)).float()
-        std = x64.std(dim=(0, 2, 3)).clamp_min(1e-3).float()
-        self.mean, self.std = mean, std
-        self._scale = (1.0 / (255.0 * std)).to(dev)[None, :, None, None]
-        self._shift = (-mean / std).to(dev)[None, :, None, None]
-
-        self.train_labels = train.labels.to(dev)
-        self.test_x, self.test_y = test.images.to(dev), test.labels.to(dev)
+        self.dist = _distributed.current() if dist_context is None else dist_context
+        self.device = torch.device(config.device)
+        self.kind, self.policy_arg = parse_policy(config.policy)
+        self.aug = config.augmentation()
         self.per_image = self.kind in _PER_IMAGE
-        if self.per_image:
-            self.train_cpu = train.images.contiguous()
-            self.train_x = None
-        else:
-            self.train_x = train.images.to(dev)
-
-        b = cfg.batch_size
-        # A trailing batch of one image would break batch norm after global pooling; it is dropped.
-        self.batches_per_epoch = self.n_train // b + (1 if self.n_train % b > 1 else 0)
-        self.steps_per_epoch = self.batches_per_epoch
-
-        torch.manual_seed(cfg.seed * 4 + 2)  # dropout, Shake-Shake, ShakeDrop
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(cfg.seed)
-            model = create_model(cfg.model, self.num_classes)
-        self.model = model.to(dev)
-        if dev.type == "cuda":
-            torch.backends.cudnn.benchmark = True  # fixed input shapes; CUDA runs are not bit-exact anyway
-        if cfg.channels_last:
-            self.model = self.model.to(memory_format=torch.channels_last)
-        self.model.train()
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
-                                   nesterov=cfg.nesterov, weight_decay=cfg.wd)
-        self.g_data = torch.Generator().manual_seed(cfg.seed * 4 + 1)
-        self.g_aug = torch.Generator(device=dev).manual_seed(cfg.seed * 4 + 3)
-        self.hba = _load_hba(self.policy_arg, cfg.epochs) if self.kind == "hba" else None
-
-        self.loader = None
-        if self.per_image:
-            self.dataset = _PerImage(self.train_cpu, _torchvision_policy(self.kind, cfg.preset))
-            workers = cfg.num_workers
-            if workers is None:
-                workers = max(0, min(8, (os.cpu_count() or 1) - 1))
-            self.num_workers = workers
-            self.sampler = _Batches()
-            if workers > 0:
-                self.loader = torch.utils.data.DataLoader(
-                    self.dataset, batch_sampler=self.sampler, num_workers=workers, persistent_workers=True,
-                    pin_memory=dev.type == "cuda", prefetch_factor=4,
-                )
-        else:
-            self.num_workers = 0
-
+        self._place_data(train, test)
+        self._plan_batches()
+        self._build_model()
+        self._build_streams()
+        self._build_loader()
         self.epoch = 0  # completed epochs
         self.step = 0  # completed training steps
         self.history: list[dict[str, Any]] = []
@@ -547,31 +514,121 @@ class _Trainer:
         self.sessions = 1
         self.on_step: Callable[[], None] | None = None
 
+    # -- set-up -----------------------------------------------------------------------------------
+    def _place_data(self, train: Any, test: Any) -> None:
+        """Check the images, compute the standardisation and move the data to the device."""
+        dev = self.device
+        self.num_classes = len(train.classes)
+        if train.images.dtype != torch.uint8 or test.images.dtype != torch.uint8:
+            raise ValueError("training and test images must be uint8 tensors (N, C, H, W)")
+        self.n_train, self.n_test = len(train.labels), len(test.labels)
+        if self.n_train < 2 or self.n_test < 1:
+            raise ValueError(f"need at least 2 training images and 1 test image, got {self.n_train} and {self.n_test}")
+        self.fingerprint = _runner.fingerprint(train.images, train.labels, test.images, test.labels)
+        x64 = train.images.double() / 255.0
+        self.mean = x64.mean(dim=(0, 2, 3)).float()
+        self.std = x64.std(dim=(0, 2, 3)).clamp_min(1e-3).float()
+        self._scale = (1.0 / (255.0 * self.std)).to(dev)[None, :, None, None]
+        self._shift = (-self.mean / self.std).to(dev)[None, :, None, None]
+        self.train_labels = train.labels.to(dev)
+        self.test_x, self.test_y = test.images.to(dev), test.labels.to(dev)
+        # Per-image (torchvision) policies read the images on the CPU, in DataLoader workers.
+        self.train_cpu = train.images.contiguous() if self.per_image else None
+        self.train_x = None if self.per_image else train.images.to(dev)
+
+    def _plan_batches(self) -> None:
+        b, world = self.config.batch_size, self.dist.world_size
+        if world > 1 and b < 2 * world:
+            raise ValueError(f"batch_size {b} is too small for {world} processes: each needs at least 2 images "
+                             f"of every batch (batch norm); use a batch size >= {2 * world}")
+        # A trailing batch that would leave a rank one image breaks batch norm after global pooling; it is
+        # dropped (with one process: a trailing batch of one image).
+        self.batches_per_epoch = self.n_train // b + (1 if self.n_train % b >= 2 * world else 0)
+        self.steps_per_epoch = self.batches_per_epoch
+
+    def _build_model(self) -> None:
+        from hba_augment.models import create_model
+
+        cfg, dev = self.config, self.device
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)  # the same initial weights on every rank
+            model = create_model(cfg.model, self.num_classes)
+        self.model = model.to(dev)
+        if dev.type == "cuda":
+            torch.backends.cudnn.benchmark = True  # fixed input shapes; CUDA runs are not bit-exact anyway
+        if cfg.channels_last:
+            self.model = self.model.to(memory_format=torch.channels_last)
+        self.model.train()
+        # The module that trains: DDP averages the gradients over the ranks; self.model stays the plain
+        # network (checkpoints, testing).
+        self.net: nn.Module = self.model
+        if self.dist.distributed:
+            self.net = nn.parallel.DistributedDataParallel(self.model, device_ids=[dev] if dev.type == "cuda" else None)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
+                                   nesterov=cfg.nesterov, weight_decay=cfg.wd)
+
+    def _build_streams(self) -> None:
+        """The random streams: the data order is shared by the ranks, the draws are each rank's own."""
+        cfg, rank = self.config, self.dist.rank
+        torch.manual_seed(_distributed.rank_seed(cfg.seed * 4 + 2, rank))  # dropout, Shake-Shake, ShakeDrop
+        self.g_data = torch.Generator().manual_seed(cfg.seed * 4 + 1)
+        self.g_aug = torch.Generator(device=self.device).manual_seed(_distributed.rank_seed(cfg.seed * 4 + 3, rank))
+        self.hba = _load_hba(self.policy_arg, cfg.epochs) if self.kind == "hba" else None
+
+    def _build_loader(self) -> None:
+        cfg, dev = self.config, self.device
+        self.loader = None
+        self.num_workers = 0
+        if not self.per_image:
+            return
+        self.dataset = _PerImage(self.train_cpu, _torchvision_policy(self.kind, cfg.preset))
+        workers = cfg.num_workers
+        if workers is None:
+            # The machine's cores are shared by the processes torchrun started on it.
+            cores = (os.cpu_count() or 1) // self.dist.local_world_size
+            workers = max(0, min(8, cores - 1))
+        self.num_workers = workers
+        self.sampler = _Batches()
+        if workers > 0:
+            self.loader = torch.utils.data.DataLoader(
+                self.dataset, batch_sampler=self.sampler, num_workers=workers, persistent_workers=True,
+                pin_memory=dev.type == "cuda", prefetch_factor=4,
+            )
+
     def normalise(self, x: Tensor) -> Tensor:
         return torch.addcmul(self._shift, x.float(), self._scale)
 
     # -- batches ----------------------------------------------------------------------------------
-    def _epoch_batches(self) -> Iterator[tuple[Tensor, Tensor]]:
-        """``(uint8 images on the device, labels)`` of every training batch of this epoch, in order."""
+    def _epoch_batches(self) -> Iterator[tuple[Tensor, Tensor, int]]:
+        """``(uint8 images on the device, labels, global batch size)`` of this rank's share of every
+        training batch of this epoch, in order.
+
+        Every rank draws the same permutation (the data stream is seeded alike and advanced alike, which
+        is what ``DistributedSampler.set_epoch`` achieves) and takes its shard of each global batch.
+        """
         cfg, dev = self.config, self.device
         perm = torch.randperm(self.n_train, generator=self.g_data)
-        index_batches = list(perm.split(cfg.batch_size))[: self.batches_per_epoch]
+        global_batches = list(perm.split(cfg.batch_size))[: self.batches_per_epoch]
+        sizes = [len(idx) for idx in global_batches]
+        index_batches = [_distributed.shard(idx, self.dist) for idx in global_batches]
         if not self.per_image:
-            for idx in index_batches:
+            for idx, size in zip(index_batches, sizes, strict=True):
                 idx = idx.to(dev, non_blocking=True)
-                yield self.train_x[idx], self.train_labels[idx]
+                yield self.train_x[idx], self.train_labels[idx], size
             return
+        # One seed per image of the whole set, drawn on every rank: an image's draws do not depend on
+        # which rank or worker transforms it.
         seeds = torch.randint(0, 2**62, (self.n_train,), generator=self.g_data)
         keyed = [list(zip(idx.tolist(), seeds[idx].tolist(), strict=True)) for idx in index_batches]
         if self.loader is not None:
             self.sampler.batches = keyed
-            for idx, x in zip(index_batches, self.loader, strict=True):
-                yield x.to(dev, non_blocking=True), self.train_labels[idx.to(dev)]
+            for idx, size, x in zip(index_batches, sizes, self.loader, strict=True):
+                yield x.to(dev, non_blocking=True), self.train_labels[idx.to(dev)], size
             return
-        for idx, keys in zip(index_batches, keyed, strict=True):
+        for idx, size, keys in zip(index_batches, sizes, keyed, strict=True):
             with torch.random.fork_rng(devices=[]), _cpu_threads(torch.device("cpu")):
                 x = torch.stack([self.dataset[k] for k in keys])
-            yield x.to(dev, non_blocking=True), self.train_labels[idx.to(dev)]
+            yield x.to(dev, non_blocking=True), self.train_labels[idx.to(dev)], size
 
     def _augment(self, x: Tensor) -> Tensor:
         with _cpu_threads(self.device):
@@ -581,51 +638,70 @@ class _Trainer:
             a = self.aug
             if a["flip"] or a["crop_padding"] or a["cutout"]:
                 x = _runner.baseline_augment(x, flip=a["flip"], crop_padding=a["crop_padding"], cutout=a["cutout"],
-                                     generator=self.g_aug)
+                                             generator=self.g_aug)
         if self.config.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         return x
 
     # -- epoch ------------------------------------------------------------------------------------
+    def _train_step(self, x: Tensor, y: Tensor, global_size: int, lr: float) -> tuple[Tensor, Tensor]:
+        """One SGD step on this rank's shard; returns the shard's summed loss and correct count."""
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.amp):
+            logits = self.net(x)
+        if self.dist.distributed:
+            # DDP averages the ranks' gradients; scaling each shard's summed loss by world / global size
+            # makes that average the gradient of the global batch's mean loss, shards of unequal size included.
+            loss_sum = F.cross_entropy(logits.float(), y, reduction="sum")
+            loss = loss_sum * (self.dist.world_size / global_size)
+        else:
+            loss = F.cross_entropy(logits.float(), y)
+            loss_sum = loss * len(y)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        with torch.no_grad():
+            return loss_sum.detach(), (logits.argmax(1) == y).sum()
+
     def run_epoch(self) -> dict[str, Any]:
         cfg, dev = self.config, self.device
         start = time.perf_counter()
         if self.hba is not None:
-            self.hba.set_epoch(self.epoch)
+            self.hba.set_epoch(self.epoch)  # on every rank: each augments its own shard
         loss_sum = torch.zeros((), dtype=torch.float64, device=dev)
         correct = torch.zeros((), dtype=torch.int64, device=dev)
-        seen = 0
+        seen = torch.zeros((), dtype=torch.int64, device=dev)
         lr = cfg.lr
-        for x, y in self._epoch_batches():
+        for x, y, global_size in self._epoch_batches():
             x = self._augment(x)
             lr = _runner.lr_at(cfg, self.step, self.steps_per_epoch)
-            for group in self.opt.param_groups:
-                group["lr"] = lr
-            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.amp):
-                logits = self.model(x)
-            loss = F.cross_entropy(logits.float(), y)
-            self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            self.opt.step()
+            batch_loss, batch_correct = self._train_step(x, y, global_size, lr)
             self.step += 1
-            with torch.no_grad():
-                loss_sum += loss.detach() * len(y)
-                correct += (logits.argmax(1) == y).sum()
+            loss_sum += batch_loss
+            correct += batch_correct
             seen += len(y)
-            # A sync on accelerators; every step on the CPU, where it is free.
-            if (dev.type == "cpu" or self.step % 50 == 0) and not bool(torch.isfinite(loss_sum)):
-                raise self._diverged(float(loss.detach()), lr)
+            # A sync on accelerators; every step on the CPU, where it is free. With several processes the
+            # check waits for the epoch's sums, so that every rank stops at the same point.
+            if (not self.dist.distributed and (dev.type == "cpu" or self.step % 50 == 0)
+                    and not bool(torch.isfinite(loss_sum))):
+                raise self._diverged(float(batch_loss) / len(y), lr)
             if self.on_step is not None:
                 self.on_step()
-        train_loss = float(loss_sum) / seen
+        _distributed.all_reduce_sum([loss_sum, correct, seen], self.dist)
+        seen_total = int(seen)
+        train_loss = float(loss_sum) / seen_total
         if not math.isfinite(train_loss):
             raise self._diverged(train_loss, lr)
+        # DDP keeps the weights equal but each rank's running statistics are its own: take rank 0's, so
+        # that every rank tests, and rank 0 saves, the same model.
+        _distributed.broadcast_buffers(self.model, self.dist)
         self.epoch += 1
         entry: dict[str, Any] = {
             "epoch": self.epoch,
             "lr": lr,
             "train_loss": train_loss,
-            "train_acc": float(correct) / seen,
+            "train_acc": float(correct) / seen_total,
             "train_seconds": time.perf_counter() - start,
         }
         if self.epoch == cfg.epochs or (cfg.eval_every and self.epoch % cfg.eval_every == 0):
@@ -633,13 +709,13 @@ class _Trainer:
             entry["test_loss"], entry["test_error"] = self.evaluate()
             entry["test_seconds"] = time.perf_counter() - t
         entry["seconds"] = time.perf_counter() - start
-        entry["train_images_per_second"] = seen / entry["train_seconds"]
+        entry["train_images_per_second"] = seen_total / entry["train_seconds"]
         return entry
 
     def evaluate(self) -> tuple[float, float]:
         cfg = self.config
-        return evaluate_model(self.model, self.test_x, self.test_y, self.normalise,
-                              batch_size=cfg.eval_batch_size, channels_last=cfg.channels_last, amp=cfg.amp)
+        return evaluate_model(self.model, self.test_x, self.test_y, self.normalise, batch_size=cfg.eval_batch_size,
+                              channels_last=cfg.channels_last, amp=cfg.amp, dist_context=self.dist)
 
     def _diverged(self, value: float, lr: float) -> TrainingDivergedError:
         return TrainingDivergedError(
@@ -650,12 +726,18 @@ class _Trainer:
 
     # -- checkpoint -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        """The run's state; with several processes it holds every rank's random streams (a collective)."""
+        rng = _runner.rng_state(self.device, self._generators())
+        extra = {}
+        if self.dist.distributed:
+            extra = {"world_size": self.dist.world_size, "rank_rng": _distributed.all_gather_objects(rng, self.dist)}
         return _runner.checkpoint_state(
             self, _CHECKPOINT_FORMAT, _CHECKPOINT_VERSION,
             model=self.model.state_dict(),
             optimizer=self.opt.state_dict(),
-            rng=_runner.rng_state(self.device, self._generators()),
+            rng=rng,
             history=json.loads(json.dumps(self.history)),
+            **extra,
         )
 
     def _generators(self) -> dict[str, torch.Generator]:
@@ -667,14 +749,19 @@ class _Trainer:
             config=self.config.to_dict(), resume_free=_RESUME_FREE, data_fingerprint=self.fingerprint,
             settings="the settings", data_mismatch="the training/test images differ from the checkpoint's",
         )
+        saved_world = int(state.get("world_size", 1))
+        if saved_world != self.dist.world_size:
+            raise ValueError(f"cannot resume from {path}: it was written by a run of {saved_world} process(es), "
+                             f"this one has {self.dist.world_size}; resume with the same number of processes")
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
-        _runner.restore_rng(state["rng"], self.device, self._generators())
+        rng = state["rank_rng"][self.dist.rank] if self.dist.distributed else state["rng"]
+        _runner.restore_rng(rng, self.device, self._generators())
         _runner.restore_counters(self, state)
         self.history = list(state["history"])
 
     def save_checkpoint(self, path: Path) -> None:
-        _runner.save_checkpoint(self.state_dict(), path)
+        _runner.save_checkpoint(self.state_dict(), path)  # every rank builds it, rank 0 writes
 
     def close(self) -> None:
         # Persistent workers are shut down with their iterator; drop it explicitly.
@@ -704,12 +791,17 @@ def train_and_evaluate(
     Files: ``result.json`` (at the end: ``test_error`` in percent, ``test_loss``, ``history``, ``config``),
     ``history.jsonl`` (one line per epoch, as it goes) and ``checkpoint.pt`` (after every epoch, atomically).
 
+    In a process group (``torchrun``, see :func:`hba_augment._distributed.session`) every rank calls this
+    with the same arguments: they train one model with DistributedDataParallel on shards of each batch,
+    test it once over the whole test set, and rank 0 writes the files. ``resume`` needs the same number
+    of processes as the run that wrote the checkpoint.
+
     Args:
         config: the run's settings (validated here).
         out_dir: output folder (created if missing).
         resume: continue from ``out_dir/checkpoint.pt`` if it exists (else start afresh). Without it, a
             folder that already holds a checkpoint or a result is refused.
-        data: ``(train, test)`` :class:`~hba_augment.search.data.ImageData` to use instead of loading them
+        data: ``(train, test)`` :class:`~hba_augment.datasets.ImageData` to use instead of loading them
             (``train_size`` / ``test_size`` are then not applied).
         command: the command line recorded in the result (``None``: ``sys.argv``).
         progress: show a tqdm bar (``None``: only when stderr is a terminal).
@@ -738,9 +830,11 @@ def train_and_evaluate(
     _runner.start_session(trainer, files["checkpoint"], resume=resume, epochs=config.epochs, session_start=session_start,
                   log=log, what="run")
     device_text = _runner.describe_device(trainer.device)
+    world = trainer.dist.world_size
+    processes = f" x {world} processes (DDP, {config.batch_size // world}+ images each)" if world > 1 else ""
     log(f"train: {config.model}, policy {config.policy}, {trainer.n_train} train / {trainer.n_test} test images, "
         f"{config.epochs} epochs x {trainer.steps_per_epoch} steps, batch {config.batch_size}, lr {config.lr:g} "
-        f"({config.lr_schedule}), wd {config.wd:g}, device {device_text}")
+        f"({config.lr_schedule}), wd {config.wd:g}, device {device_text}{processes}")
 
     def report(entry: dict[str, Any], remaining: float) -> tuple[str, dict[str, str]]:
         tested = (f" | test loss {entry['test_loss']:.4f} error {entry['test_error']:.2f}%"
@@ -777,6 +871,7 @@ def train_and_evaluate(
             "autoaugment_policy": EVAL_PRESETS[config.preset]["autoaugment_policy"]
             if trainer.kind == "autoaugment" else None,
             "num_workers_used": trainer.num_workers,
+            "processes": world,
             "standardisation": {"mean": trainer.mean.tolist(), "std": trainer.std.tolist()},
             **_versions(),
             "device_description": device_text,
@@ -788,8 +883,11 @@ def train_and_evaluate(
     }
     summary = json.loads(json.dumps(summary, allow_nan=True))
     text = json.dumps(summary, indent=2, allow_nan=True) + "\n"
-    with atomic_open(files["result"], "w", encoding="utf-8") as f:
-        f.write(text)
+    if trainer.dist.is_main:
+        with atomic_open(files["result"], "w", encoding="utf-8") as f:
+            f.write(text)
+    # Every rank returns once the result is on disk.
+    _distributed.barrier(trainer.dist)
     log(f"test error {summary['test_error']:.2f}% (loss {summary['test_loss']:.4f}) after {trainer.epoch} epochs; "
         f"wrote {files['result']}")
     return TrainResult(test_error=summary["test_error"], test_loss=summary["test_loss"], history=trainer.history,

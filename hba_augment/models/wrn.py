@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hba_augment.search.models._common import check_num_classes, classify, init_weights
+from hba_augment.models._common import check_num_classes, classify, init_weights
 
 __all__ = ["BasicBlock", "WideResNet", "wide_resnet"]
 

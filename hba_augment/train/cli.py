@@ -1,10 +1,13 @@
 """``hba-augment train``: train a network with an augmentation policy and report its test error.
 
 Every option left unset takes the paper's value for the preset and the model's family (appendix table
-"Hyperparameters for policy evaluation", see :data:`hba_augment.search.evaluate.PAPER_HPARAMS`);
+"Hyperparameters for policy evaluation", see :data:`hba_augment.train.trainer.PAPER_HPARAMS`);
 ``--preset`` picks the protocol (e.g. ``--dataset imagefolder --preset cifar10`` for the CIFAR-10 JPEG
 copy). Writes ``OUT/result.json`` (``test_error`` in percent, ``test_loss``, per-epoch ``history``,
 ``config``), ``OUT/history.jsonl`` and ``OUT/checkpoint.pt`` (every epoch; ``--resume`` continues).
+
+Started by ``torchrun --nproc-per-node N -m hba_augment train ...`` it trains with DistributedDataParallel
+on N processes (``--batch-size`` stays the global batch); see :mod:`hba_augment._distributed`.
 """
 
 from __future__ import annotations
@@ -15,11 +18,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from hba_augment.search._cli_common import (
+from hba_augment._cli_common import (
     classes,
     milestones,
     nonneg_float,
     nonneg_int,
+    positive_float,
     positive_int,
     run_command,
     setup_torch,
@@ -83,6 +87,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="test every N epochs, 0 for only after the last epoch, which is always tested "
                    "(default: 10)")
     g.add_argument("--eval-batch-size", type=positive_int, default=500, help="batch size of testing (default: 500)")
+    g.add_argument("--dist-timeout", type=positive_float, default=1800.0, metavar="SECONDS",
+                   help="under torchrun: how long a process waits for the others before the run fails "
+                   "(default: 1800)")
     g = p.add_argument_group("output")
     g.add_argument("--out", required=True, help="output folder: result.json, history.jsonl, checkpoint.pt")
     g.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt if it exists")
@@ -110,13 +117,20 @@ def build_parser(prog: str = "hba-augment train") -> argparse.ArgumentParser:
 def run_train(args: argparse.Namespace, prog: str = "hba-augment train", command: str | None = None) -> int:
     """Run ``hba-augment train`` from parsed arguments; returns the exit status.
 
-    0: done; 1: the training diverged; 2: bad input (message on stderr); 130: interrupted.
+    0: done; 1: the training diverged; 2: bad input (message on stderr); 3: a distributed run lost a
+    process or timed out; 130: interrupted.
     """
-    from hba_augment.search.evaluate import TrainConfig, TrainingDivergedError, train_and_evaluate
+    from hba_augment import _distributed
+    from hba_augment.train.trainer import TrainConfig, TrainingDivergedError, train_and_evaluate
 
-    device = setup_torch(args.threads, args.device)
+    requested = setup_torch(args.threads, args.device)
 
     def body() -> str:
+        with _distributed.session(requested, timeout=args.dist_timeout) as (ctx, device):
+            text = _train(device)
+        return text if ctx.is_main else ""
+
+    def _train(device: str) -> str:
         config = TrainConfig.from_preset(
             args.preset, dataset=args.dataset, data_dir=args.data_dir, model=args.model, policy=args.policy,
             epochs=args.epochs, train_size=args.train_size, test_size=args.test_size, subset_seed=args.subset_seed,

@@ -1,4 +1,4 @@
-"""Image datasets for the hypernetwork search, loaded whole into memory as uint8 tensors.
+"""Image datasets for the search and policy evaluation, loaded whole into memory as uint8 tensors.
 
 Supported sources (``DATASETS``):
 

@@ -1,4 +1,4 @@
-"""Model registry for the search (and, later, for policy evaluation).
+"""Model registry for the search and policy evaluation.
 
 ``create_model("wrn-40-2", num_classes=10)``. A model family registers a name pattern (a regular
 expression whose groups are passed to its factory) and a few example names for :func:`available_models`.
@@ -67,7 +67,7 @@ def create_model(name: str, num_classes: int) -> nn.Module:
 
 
 def _wrn(depth: str, width: str, *, num_classes: int) -> nn.Module:
-    from hba_augment.search.models.wrn import wide_resnet
+    from hba_augment.models.wrn import wide_resnet
 
     return wide_resnet(int(depth), int(width), num_classes)
 
@@ -77,25 +77,25 @@ register_model("wrn", r"wrn-(\d+)-(\d+)", _wrn, ("wrn-10-1", "wrn-16-1", "wrn-28
 
 
 def _shake_shake(depth: str, width: str, *, num_classes: int) -> nn.Module:
-    from hba_augment.search.models.shake_shake import shake_shake
+    from hba_augment.models.shake_shake import shake_shake
 
     return shake_shake(int(depth), int(width), num_classes)
 
 
 def _pyramidnet(depth: str, alpha: str, *, num_classes: int) -> nn.Module:
-    from hba_augment.search.models.pyramidnet import pyramidnet
+    from hba_augment.models.pyramidnet import pyramidnet
 
     return pyramidnet(int(depth), int(alpha), num_classes)
 
 
 def _resnet(depth: str, *, num_classes: int) -> nn.Module:
-    from hba_augment.search.models.resnet import resnet
+    from hba_augment.models.resnet import resnet
 
     return resnet(int(depth), num_classes)
 
 
 def _alexnet_stn(*, num_classes: int) -> nn.Module:
-    from hba_augment.search.models.alexnet import alexnet_stn
+    from hba_augment.models.alexnet import alexnet_stn
 
     return alexnet_stn(num_classes)
 

@@ -1,9 +1,14 @@
-"""What the search (:mod:`~hba_augment.search.loop`) and policy evaluation (:mod:`~hba_augment.search.evaluate`)
-share: the baseline augmentation, the learning-rate schedule, provenance helpers, config checks and the
-run driver (output folder, resume, the epoch loop with progress bar, metrics and atomic checkpoints).
+"""The run driver shared by the search (:mod:`~hba_augment.search.loop`) and policy evaluation
+(:mod:`~hba_augment.train.trainer`): the baseline augmentation, the learning-rate schedule, provenance
+helpers, config checks, the output folder, resume, the epoch loop with progress bar, metrics and atomic
+checkpoints.
 
-A *worker* (``loop._Search``, ``evaluate._Trainer``) has ``epoch`` and ``wall_seconds`` attributes and
-``run_epoch()``, ``save_checkpoint(path)`` and ``load_state_dict(state, path)`` methods.
+A *worker* (``search.loop._Search``, ``train.trainer._Trainer``) has ``epoch`` and ``wall_seconds``
+attributes and ``run_epoch()``, ``save_checkpoint(path)`` and ``load_state_dict(state, path)`` methods.
+
+Under ``torchrun`` (:mod:`hba_augment._distributed`) every rank runs the same driver: rank 0 alone
+creates the folder, logs and writes files; a checkpoint to resume from is read by rank 0 and sent to
+the others, so the output folder need not be shared between machines.
 """
 
 from __future__ import annotations
@@ -25,8 +30,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from hba_augment import _distributed
+from hba_augment._baselines import BASELINES
 from hba_augment._io import atomic_open
-from hba_augment.search._presets import BASELINES
 
 __all__ = [
     "BASELINES",
@@ -151,7 +157,9 @@ def fingerprint(*tensors: Tensor) -> str:
 
 
 def write_jsonl(path: Path, records: Sequence[dict[str, Any]]) -> None:
-    """Write one JSON object per line, atomically."""
+    """Write one JSON object per line, atomically (on rank 0 only)."""
+    if not _distributed.current().is_main:
+        return
     text = "".join(json.dumps(m, sort_keys=False) + "\n" for m in records)
     with atomic_open(path, "w", encoding="utf-8") as f:
         f.write(text)
@@ -278,7 +286,9 @@ def restore_counters(worker: Any, state: Mapping[str, Any]) -> None:
 
 
 def save_checkpoint(state: dict[str, Any], path: Path) -> None:
-    """``torch.save`` atomically (an interrupted write leaves the previous checkpoint)."""
+    """``torch.save`` atomically (an interrupted write leaves the previous checkpoint), on rank 0 only."""
+    if not _distributed.current().is_main:
+        return
     with atomic_open(path) as f:
         torch.save(state, f)
 
@@ -291,6 +301,10 @@ def plural(count: int, noun: str, plural_noun: str | None = None) -> str:
 
 def _stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+def _silent(msg: str) -> None:
+    pass
 
 
 def open_run(
@@ -316,22 +330,28 @@ def open_run(
         what: the run's name in messages (``"search"``, ``"run"``).
 
     Returns:
-        ``(folder, {key: path}, command, log)``.
+        ``(folder, {key: path}, command, log)``; on ranks other than 0 the default log is silent.
     """
+    ctx = _distributed.current()
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     files = {key: out / name for key, name in file_names.items()}
     if log is None:
-        log = _stderr
-    if not resume:
-        existing = [p.name for key, p in files.items() if key in guarded and p.exists()]
-        if existing:
-            raise ValueError(f"{out} already holds {', '.join(existing)}; pass resume=True (--resume) to continue "
-                             f"that {what}, or choose another output folder")
+        log = _stderr if ctx.is_main else _silent
     if command is None:
         command = shlex.join(sys.argv)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} requested but CUDA is not available")
+    problem = None
+    if ctx.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        existing = [p.name for key, p in files.items() if key in guarded and p.exists()]
+        if existing and not resume:
+            problem = (f"{out} already holds {', '.join(existing)}; pass resume=True (--resume) to continue that "
+                       f"{what}, or choose another output folder")
+    # Every rank fails with rank 0's verdict (a rank that went on alone would wait for the others forever).
+    problem = _distributed.broadcast_object(problem, ctx)
+    if problem is not None:
+        raise ValueError(problem)
     return out, files, command, log
 
 
@@ -345,9 +365,16 @@ def start_session(
     log: Callable[[str], None],
     what: str,
 ) -> None:
-    """Load ``checkpoint`` into ``worker`` when resuming, and count the set-up time as wall time."""
-    if resume and checkpoint.exists():
+    """Load ``checkpoint`` into ``worker`` when resuming, and count the set-up time as wall time.
+
+    Under torchrun rank 0 reads the checkpoint and sends it to the other ranks.
+    """
+    ctx = _distributed.current()
+    state = None
+    if resume and ctx.is_main and checkpoint.exists():
         state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    state = _distributed.broadcast_object(state, ctx) if resume else None
+    if state is not None:
         worker.load_state_dict(state, checkpoint)
         log(f"resuming {checkpoint} after epoch {worker.epoch} of {epochs}")
     elif resume:
@@ -380,11 +407,16 @@ def run_epochs(
         ticks_per_epoch: progress-bar units per epoch; ``tick_hook`` names the worker's attribute that
             is called once per unit.
         report: ``(record, seconds remaining) -> (log line, bar postfix)``.
-        progress: show a tqdm bar (``None``: only when stderr is a terminal).
-        on_epoch_end: called with each record after its checkpoint is written.
+        progress: show a tqdm bar (``None``: only when stderr is a terminal; never on ranks other than 0).
+        on_epoch_end: called with each record after its checkpoint is written (on every rank).
+
+    Under torchrun ``worker.save_checkpoint`` runs on every rank (it may gather the ranks' states) and
+    rank 0 writes; the records file is written by rank 0 too.
     """
     from tqdm.auto import tqdm
 
+    if not _distributed.current().is_main:
+        progress = False
     bar = tqdm(total=epochs * ticks_per_epoch, initial=worker.epoch * ticks_per_epoch, desc=desc, unit=unit,
                dynamic_ncols=True, disable=None if progress is None else not progress, file=sys.stderr)
     setattr(worker, tick_hook, lambda: bar.update(1))
@@ -396,6 +428,8 @@ def run_epochs(
             records.append(record)
             worker.save_checkpoint(checkpoint)
             write_jsonl(records_file, records)
+            # The others wait for rank 0's files: a rank that stops after this epoch leaves them complete.
+            _distributed.barrier(_distributed.current())
             line, postfix = report(record, (epochs - worker.epoch) * record[seconds_key])
             bar.set_postfix(**postfix)
             if bar.disable:
