@@ -16,9 +16,9 @@ machine); ``from hba_augment import HBAPolicy`` works as usual.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ._lazy import lazy_exports
 from ._version import __version__
 
 if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
@@ -29,25 +29,12 @@ if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
 
 __all__ = ["HBAPolicy", "Schedule", "__version__", "available_policies", "functional", "load_pretrained"]
 
-# name -> (module, attribute); attribute None means the module itself.
-_LAZY: dict[str, tuple[str, str | None]] = {
-    "functional": (".functional", None),
-    "HBAPolicy": (".policy", "HBAPolicy"),
-    "Schedule": (".schedule", "Schedule"),
-    "available_policies": (".pretrained", "available_policies"),
-    "load_pretrained": (".pretrained", "load_pretrained"),
+# name -> submodule that defines it ("functional" is the submodule itself).
+_LAZY = {
+    "functional": "functional",
+    "HBAPolicy": "policy",
+    "Schedule": "schedule",
+    "available_policies": "pretrained",
+    "load_pretrained": "pretrained",
 }
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module_name, attribute = _LAZY[name]
-    module = importlib.import_module(module_name, __name__)
-    value = module if attribute is None else getattr(module, attribute)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)

@@ -218,6 +218,34 @@ def rng_state(device: torch.device, generators: Mapping[str, torch.Generator]) -
     return rng
 
 
+def rank_rng_state(
+    device: torch.device, generators: Mapping[str, torch.Generator], dist: _distributed.DistContext
+) -> dict[str, Any]:
+    """The checkpoint entries of the random streams: ``rng`` (this process's, :func:`rng_state`) and, with
+    several processes, ``world_size`` and ``rank_rng`` (every rank's; a collective, call it on every rank)."""
+    rng = rng_state(device, generators)
+    if not dist.distributed:
+        return {"rng": rng}
+    return {"rng": rng, "world_size": dist.world_size, "rank_rng": _distributed.all_gather_objects(rng, dist)}
+
+
+def restore_rank_rng(
+    state: Mapping[str, Any], path: Path, what: str, device: torch.device, generators: Mapping[str, torch.Generator],
+    dist: _distributed.DistContext,
+) -> None:
+    """The inverse of :func:`rank_rng_state` for this rank, after checking the checkpoint's process count.
+
+    Raises:
+        ValueError: if the checkpoint at ``path`` was written by another number of processes (``what`` names
+            the kind of run in the message, e.g. ``"a search"``).
+    """
+    saved_world = int(state.get("world_size", 1))
+    if saved_world != dist.world_size:
+        raise ValueError(f"cannot resume from {path}: it was written by {what} of {saved_world} process(es), "
+                         f"this one has {dist.world_size}; resume with the same number of processes")
+    restore_rng(state["rank_rng"][dist.rank] if dist.distributed else state["rng"], device, generators)
+
+
 def restore_rng(rng: Mapping[str, Any], device: torch.device, generators: Mapping[str, torch.Generator]) -> None:
     """The inverse of :func:`rng_state`."""
     for k, g in generators.items():

@@ -13,8 +13,7 @@ It uses the parts it shares with policy evaluation (:mod:`hba_augment.datasets`,
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from hba_augment._lazy import lazy_exports
 
 _EXPORTS = {
     "HyperBatchNorm2d": "hyper",
@@ -36,15 +35,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -574,18 +574,13 @@ class _Search:
     # -- checkpoint -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The search's state; with several processes it holds every rank's random streams (a collective)."""
-        rng = _runner.rng_state(self.device, self._generators())
-        extra = {}
-        if self.dist.distributed:
-            extra = {"world_size": self.dist.world_size, "rank_rng": _distributed.all_gather_objects(rng, self.dist)}
         return _runner.checkpoint_state(
             self, _CHECKPOINT_FORMAT, _CHECKPOINT_VERSION,
-            **extra,
+            **_runner.rank_rng_state(self.device, self._generators(), self.dist),
             model=self.hm.state_dict(),
             optimizer=self.opt.state_dict(),
             hparam_optimizer=self.hopt.state_dict(),
             hparams=self.hparams.detach().cpu().clone(),
-            rng=rng,
             val_stream={"perm": self.val_stream.perm.clone(), "pos": self.val_stream.pos},
             prob_history=[t.clone() for t in self.prob_history],
             mag_history=[t.clone() for t in self.mag_history],
@@ -602,18 +597,13 @@ class _Search:
             settings="the search settings", device=self.device,
             data_mismatch="the training/validation images differ from the checkpoint's (different data files?)",
         )
-        saved_world = int(state.get("world_size", 1))
-        if saved_world != self.dist.world_size:
-            raise ValueError(f"cannot resume from {path}: it was written by a search of {saved_world} process(es), "
-                             f"this one has {self.dist.world_size}; resume with the same number of processes")
         self.hm.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
         self.hopt.load_state_dict(state["hparam_optimizer"])
         with torch.no_grad():
             self.hparams.copy_(state["hparams"].to(self.device))
         # Adam's state must refer to the live hparams tensor (load_state_dict maps it by position).
-        rng = state["rank_rng"][self.dist.rank] if self.dist.distributed else state["rng"]
-        _runner.restore_rng(rng, self.device, self._generators())
+        _runner.restore_rank_rng(state, path, "a search", self.device, self._generators(), self.dist)
         self.val_stream.perm = state["val_stream"]["perm"]
         self.val_stream.pos = int(state["val_stream"]["pos"])
         _runner.restore_counters(self, state)

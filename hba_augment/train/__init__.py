@@ -10,8 +10,7 @@ stays cheap.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from hba_augment._lazy import lazy_exports
 
 _EXPORTS = {
     "TrainConfig": "trainer",
@@ -23,15 +22,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -727,17 +727,12 @@ class _Trainer:
     # -- checkpoint -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The run's state; with several processes it holds every rank's random streams (a collective)."""
-        rng = _runner.rng_state(self.device, self._generators())
-        extra = {}
-        if self.dist.distributed:
-            extra = {"world_size": self.dist.world_size, "rank_rng": _distributed.all_gather_objects(rng, self.dist)}
         return _runner.checkpoint_state(
             self, _CHECKPOINT_FORMAT, _CHECKPOINT_VERSION,
             model=self.model.state_dict(),
             optimizer=self.opt.state_dict(),
-            rng=rng,
             history=json.loads(json.dumps(self.history)),
-            **extra,
+            **_runner.rank_rng_state(self.device, self._generators(), self.dist),
         )
 
     def _generators(self) -> dict[str, torch.Generator]:
@@ -749,14 +744,9 @@ class _Trainer:
             config=self.config.to_dict(), resume_free=_RESUME_FREE, data_fingerprint=self.fingerprint,
             settings="the settings", data_mismatch="the training/test images differ from the checkpoint's",
         )
-        saved_world = int(state.get("world_size", 1))
-        if saved_world != self.dist.world_size:
-            raise ValueError(f"cannot resume from {path}: it was written by a run of {saved_world} process(es), "
-                             f"this one has {self.dist.world_size}; resume with the same number of processes")
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
-        rng = state["rank_rng"][self.dist.rank] if self.dist.distributed else state["rng"]
-        _runner.restore_rng(rng, self.device, self._generators())
+        _runner.restore_rank_rng(state, path, "a run", self.device, self._generators(), self.dist)
         _runner.restore_counters(self, state)
         self.history = list(state["history"])
 
