@@ -278,6 +278,9 @@ class _ValStream:
 class _Search:
     """State and steps of one search (kept in one object so that checkpointing is one place)."""
 
+    #: Where the images came from, for the provenance; set by :func:`run_search`.
+    data_source: str = ""
+
     def __init__(self, config: SearchConfig, train: Any, val: Any, log: Callable[[str], None],
                  dist_context: _distributed.DistContext | None = None) -> None:
         self.config = config
@@ -613,8 +616,6 @@ class _Search:
 
     def save_checkpoint(self, path: Path) -> None:
         _runner.save_checkpoint(self.state_dict(), path)
-
-    data_source: str = ""
 
 
 def run_search(
