@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -266,3 +267,20 @@ def test_policy_noise_is_per_image(cifar, monkeypatch):
     assert seen["prob"].std(dim=0).min() > 0.01
     lam_mean = hparams_to_policy(search.hparams.detach())[0]
     assert lam_mean.shape == (2, 15) and NUM_HPARAMS == 54
+
+
+def test_amp_runs_the_network_in_bfloat16(cifar, tmp_path: Path, monkeypatch):
+    """--amp (issue 12, GPU speed paths): the forward passes run under bfloat16 autocast (checked here on
+    the CPU, where autocast also works), losses and lambda stay float32, and the provenance says so."""
+    seen = []
+    original = torch.nn.functional.conv2d
+
+    def conv2d(x, *args, **kwargs):
+        seen.append(x.dtype)
+        return original(x, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "conv2d", conv2d)
+    result = run_search(_config(epochs=1, amp=True), tmp_path, data=_tiny(cifar), progress=False, log=lambda m: None)
+    assert torch.bfloat16 in seen
+    assert result.schedule.provenance["amp"] is True
+    assert np.isfinite(result.schedule.prob).all()

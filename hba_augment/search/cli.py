@@ -104,6 +104,8 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     g.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's choice)")
     g.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
                    help="channels-last memory format (default: on for CPU, off otherwise)")
+    g.add_argument("--amp", action="store_true", default=None,
+                   help="bfloat16 autocast for the network (GPUs; default: off)")
     g.add_argument("--dist-timeout", type=positive_float, default=1800.0, metavar="SECONDS",
                    help="under torchrun: how long a process waits for the others before the run fails "
                    "(default: 1800)")
@@ -151,7 +153,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "hba-augment search") ->
             hparam_lr=args.hparam_lr, sigma=args.sigma, t_train=args.t_train, t_val=args.t_val, seed=args.seed,
             device=device, image_size=args.image_size, classes=args.classes, download=args.download or None,
             flip=args.flip, crop_padding=args.crop_padding, cutout=args.cutout, name=args.name,
-            channels_last=args.channels_last,
+            channels_last=args.channels_last, amp=args.amp,
         )
         if args.name is None:
             config.name = default_name(args.out, config.dataset, config.model)
