@@ -9,11 +9,10 @@ come out with the same pixels under one seed:
 - Geometric ops: ``Image.transform(AFFINE)`` with the very matrices the kernels warp with (float32, as
   built from the policy's magnitudes; Rotate's is the matrix of PIL's ``rotate`` up to float32 rounding),
   one transform per op in the order drawn, as the tensor path applies them. With NEAREST the pixels are
-  the kernels' exactly. With BILINEAR they are PIL's own BILINEAR: PIL truncates the interpolated value
-  where the kernels (``grid_sample``) round it to nearest, so the two are one level apart on about 40% of
-  the values a shear or rotation moves (``benchmarks/pil_agreement.py --interpolation bilinear``); a PIL
-  image gets PIL's result, as with torchvision. Non-integer fills are truncated to 8 bits here and
-  rounded by the BILINEAR kernel (one level at most, at uncovered pixels).
+  the kernels' exactly. With BILINEAR they are PIL's own BILINEAR, as with torchvision; the uint8 kernels
+  truncate the interpolated value as PIL does and differ from it by one level on 0.2-0.4% of the pixels
+  (float32 against double source coordinates; ``benchmarks/pil_agreement.py --interpolation bilinear``).
+  Non-integer fills are truncated to 8 bits, here as in the kernels.
 - Invert, Solarize, Posterize and Brightness: the policy's 256-level tables, the ones the tensor path looks
   up (``OpSpec.fixed_table``), applied as PIL's point lookup.
 - AutoContrast and Equalize: the lookup tables of ``ImageOps.autocontrast`` / ``ImageOps.equalize`` from
