@@ -120,10 +120,15 @@ def test_train_on_two_processes_tests_like_one_process(cifar_dir: Path, tmp_path
     assert error == result["test_error"]
     assert loss == pytest.approx(result["test_loss"], rel=1e-9)
 
-    # Rank 0 alone looks at the folder; every rank stops with its verdict (none waits for the others).
+    # Rank 0 alone looks at the folder; every rank stops with its verdict (none waits for the others: the
+    # timeout below is far shorter than the ranks' 1800 s). torchrun stops the other ranks as soon as the first
+    # one exits, so how many ranks print the verdict, and with which exit status each is reported (2, or a
+    # signal while a rank is torn down), is a race; that the run stops, with the verdict said, is not.
     again = _torchrun(2, args, timeout=120)
-    assert again.returncode != 0 and "exitcode  : 2" in again.stderr
-    assert again.stderr.count("already holds result.json, checkpoint.pt; pass resume=True") == 2
+    assert again.returncode != 0
+    assert "hba-augment train: error: " in again.stderr
+    assert "already holds result.json, checkpoint.pt; pass resume=True (--resume)" in again.stderr
+    assert "lost the other processes" not in again.stderr
 
 
 SEARCH = ["--model", "wrn-10-1", "--epochs", "2", "--train-size", "130", "--val-size", "64", "--batch-size", "32",
