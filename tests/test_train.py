@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from hba_augment.datasets import load_dataset
 from hba_augment.functional._table import NUM_OPS, OPS
 from hba_augment.schedule import Schedule
 from hba_augment.train.cli import main
@@ -67,6 +68,49 @@ def test_subsets_are_class_balanced_and_seeded(cifar_dir):
     assert torch.bincount(test.labels, minlength=10).tolist() == [5] * 10
     again, _, _ = load_data(config)
     assert torch.equal(train.images, again.images)
+
+
+def test_validation_split_holds_out_train_images_and_keeps_the_training_subset(cifar_dir):
+    kw = {"data_dir": str(cifar_dir), "model": "wrn-10-1", "policy": "none", "epochs": 1, "train_size": 100,
+          "subset_seed": 3}
+    train, _, _ = load_data(TrainConfig.from_preset(**kw, test_size=50))
+    vtrain, val, source = load_data(TrainConfig.from_preset(**kw, test_size=50, eval_split="val"))
+    assert torch.equal(vtrain.images, train.images) and torch.equal(vtrain.labels, train.labels)
+    assert torch.bincount(val.labels, minlength=10).tolist() == [5] * 10
+    # None of them a training image; drawn from the train split, not the test split.
+    seen = {bytes(x.numpy()) for x in vtrain.images}
+    assert not any(bytes(x.numpy()) in seen for x in val.images)
+    full = load_dataset("cifar10", str(cifar_dir), split="train")
+    assert (full.images == val.images[0]).flatten(1).all(1).any()
+    assert "held-out validation" in source
+    # Default: every train-split image outside the training subset.
+    _, rest, _ = load_data(TrainConfig.from_preset(**kw, eval_split="val"))
+    assert len(rest.labels) == len(full.labels) - 100
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    ({"eval_split": "valid"}, "eval_split must be one of \\['test', 'val'\\], got 'valid'"),
+    ({"eval_split": "val", "train_size": None}, "eval_split 'val' needs train_size"),
+])
+def test_bad_eval_split_is_refused(cifar_dir, kw, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig.from_preset(**{"data_dir": str(cifar_dir), "policy": "none", "train_size": 100, **kw})
+
+
+def test_validation_split_larger_than_the_rest_is_refused(cifar_dir):
+    n = len(load_dataset("cifar10", str(cifar_dir), split="train").labels)
+    config = TrainConfig.from_preset(data_dir=str(cifar_dir), policy="none", train_size=n - 10, test_size=11,
+                                     eval_split="val")
+    with pytest.raises(ValueError, match=f"need {n + 1} images; the train split of cifar10 at .* has {n}$"):
+        load_data(config)
+
+
+def test_cli_tests_on_the_validation_split(cifar_dir, tmp_path, capsys):
+    assert main(cli(cifar_dir, tmp_path, "baseline", "--eval-split", "val")) == 0
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["eval_split"] == "val" and result["config"]["eval_split"] == "val"
+    assert result["test_images"] == 100 and "held-out validation" in result["config"]["data_source"]
+    assert capsys.readouterr().out.startswith("validation error ")
 
 
 def _small_config(cifar_dir, **kw):

@@ -53,6 +53,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--train-size", type=positive_int, help="class-balanced subset of the train split (default: all)")
     g.add_argument("--test-size", type=positive_int, help="class-balanced subset of the test split (default: all)")
     g.add_argument("--subset-seed", type=nonneg_int, help="seed of those subsets (default: --seed)")
+    g.add_argument("--eval-split", choices=("test", "val"), default="test",
+                   help="test: test on the test split (default); val: test on held-out images of the train split, "
+                   "disjoint from the --train-size training images (--test-size of them, default all the rest), "
+                   "to tune without looking at the test split")
     g.add_argument("--image-size", type=positive_int, help="resize images to SIZE x SIZE (default: keep their size)")
     g.add_argument("--classes", type=classes, help="use the first N classes, or comma-separated class names (default: all)")
     g.add_argument("--download", action="store_true", help="download CIFAR/SVHN into --data-dir if missing")
@@ -134,6 +138,7 @@ def run_train(args: argparse.Namespace, prog: str = "hba-augment train", command
         config = TrainConfig.from_preset(
             args.preset, dataset=args.dataset, data_dir=args.data_dir, model=args.model, policy=args.policy,
             epochs=args.epochs, train_size=args.train_size, test_size=args.test_size, subset_seed=args.subset_seed,
+            eval_split=args.eval_split,
             batch_size=args.batch_size, lr=args.lr, lr_schedule=args.lr_schedule, lr_milestones=args.lr_milestones,
             wd=args.wd, seed=args.seed, device=device, image_size=args.image_size, classes=args.classes,
             download=args.download or None, flip=args.flip, crop_padding=args.crop_padding, cutout=args.cutout,
@@ -142,7 +147,8 @@ def run_train(args: argparse.Namespace, prog: str = "hba-augment train", command
         )
         result = train_and_evaluate(config, args.out, resume=args.resume, command=command,
                                     progress=args.progress)
-        return f"test error {result.test_error:.2f}% (test loss {result.test_loss:.4f}): {result.files['result']}"
+        what = "test" if config.eval_split == "test" else "validation"
+        return f"{what} error {result.test_error:.2f}% ({what} loss {result.test_loss:.4f}): {result.files['result']}"
 
     return run_command(prog, body, TrainingDivergedError, out=args.out)
 

@@ -63,6 +63,7 @@ __all__ = [
     "CHECKPOINT_FILE",
     "DEFAULT_PRESET",
     "EVAL_PRESETS",
+    "EVAL_SPLITS",
     "HISTORY_FILE",
     "PAPER_HPARAMS",
     "POLICY_KINDS",
@@ -126,6 +127,8 @@ EVAL_PRESETS: dict[str, dict[str, Any]] = {
 }
 #: Preset used for each dataset when none is named (``imagefolder`` + ``--preset cifar10`` for CIFAR-10 JPEG).
 DEFAULT_PRESET = {"cifar10": "cifar10", "cifar100": "cifar100", "svhn": "svhn", "imagefolder": "imagenet"}
+#: What a run is tested on: the test split, or held-out images of the train split (for tuning).
+EVAL_SPLITS = ("test", "val")
 # May differ between the run that wrote a checkpoint and the one that resumes it (they do not change
 # what is trained).
 _RESUME_FREE = frozenset({"data_dir", "device", "num_workers", "eval_every", "eval_batch_size", "download"})
@@ -222,6 +225,10 @@ class TrainConfig:
         epochs: training epochs (>= 1).
         train_size, test_size: class-balanced subsets of the train / test split (``None``: all).
         subset_seed: seed of those subsets (``None``: ``seed``).
+        eval_split: ``"test"``: test on the test split; ``"val"``: test on held-out images of the train
+            split instead, disjoint from the ``train_size`` training images (``test_size`` of them, default
+            all the rest), for tuning without looking at the test split. The training images are the same
+            for both (the same ``subset_seed``).
         batch_size, lr, lr_schedule, lr_milestones, lr_gamma, momentum, nesterov, wd: the SGD.
         seed: model initialisation and every random stream of training.
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
@@ -245,6 +252,7 @@ class TrainConfig:
     train_size: int | None = None
     test_size: int | None = None
     subset_seed: int | None = None
+    eval_split: str = "test"
     batch_size: int = 128
     lr: float = 0.1
     lr_schedule: str = "cosine"
@@ -319,6 +327,11 @@ class TrainConfig:
         for name in ("seed", "crop_padding", "cutout", "eval_every"):
             _runner.check_int(self, name, 0)
         _runner.check_int(self, "subset_seed", 0, optional=True)
+        if self.eval_split not in EVAL_SPLITS:
+            raise ValueError(f"eval_split must be one of {list(EVAL_SPLITS)}, got {self.eval_split!r}")
+        if self.eval_split == "val" and self.train_size is None:
+            raise ValueError("eval_split 'val' needs train_size: the validation images are the train split's "
+                             "images outside the training subset")
         _runner.check_int(self, "num_workers", 0, optional=True)
         _runner.check_int(self, "image_size", 1, optional=True)
         _runner.check_nonneg_number(self, "lr", positive=True)
@@ -358,13 +371,29 @@ def load_data(config: TrainConfig) -> tuple[Any, Any, str]:
     """The training and test :class:`~hba_augment.datasets.ImageData` of ``config`` and a description.
 
     The test set is the dataset's test split (ImageFolder: ``test/``, else ``val/``). ``train_size`` /
-    ``test_size`` take class-balanced subsets drawn with ``subset_seed`` (default ``seed``).
+    ``test_size`` take class-balanced subsets drawn with ``subset_seed`` (default ``seed``). With
+    ``eval_split="val"`` the test set is drawn from the train split instead, after and disjoint from the
+    training images, which are the same as with ``"test"``.
     """
     from hba_augment.datasets import balanced_split, load_dataset
 
     kwargs = {"image_size": config.image_size, "download": config.download,
               "classes": list(config.classes) if isinstance(config.classes, tuple) else config.classes}
     seed = config.seed if config.subset_seed is None else config.subset_seed
+    where = Path(config.data_dir).expanduser().resolve()
+    if config.eval_split == "val":
+        data = load_dataset(config.dataset, config.data_dir, split="train", **kwargs)
+        rest = len(data.labels) - config.train_size
+        val_size = rest if config.test_size is None else config.test_size
+        if rest < 1 or val_size > rest:
+            raise ValueError(f"train_size {config.train_size} and a validation set of {val_size} images need "
+                             f"{config.train_size + val_size} images; the train split of {config.dataset} at "
+                             f"{config.data_dir} has {len(data.labels)}")
+        # balanced_split draws set 0 exactly as the one-set call of the "test" case: same training images.
+        train_idx, val_idx = balanced_split(data.labels, (config.train_size, val_size), seed=seed)
+        source = (f"{config.dataset} at {where}: train split, {config.train_size} training and {val_size} "
+                  "held-out validation images (eval_split 'val')")
+        return data.subset(train_idx), data.subset(val_idx), source
     parts = []
     for split, size in (("train", config.train_size), ("test", config.test_size)):
         data = load_dataset(config.dataset, config.data_dir, split=split, **kwargs)
@@ -378,7 +407,6 @@ def load_data(config: TrainConfig) -> tuple[Any, Any, str]:
     if train.classes != test.classes:
         raise ValueError(f"the train and test splits have different classes ({len(train.classes)} vs "
                          f"{len(test.classes)})")
-    where = Path(config.data_dir).expanduser().resolve()
     source = (f"{config.dataset} at {where}: train split ({len(train.labels)} images) and test split "
               f"({len(test.labels)} images)")
     return train, test, source
@@ -822,7 +850,8 @@ def train_and_evaluate(
     device_text = _runner.describe_device(trainer.device)
     world = trainer.dist.world_size
     processes = f" x {world} processes (DDP, {config.batch_size // world}+ images each)" if world > 1 else ""
-    log(f"train: {config.model}, policy {config.policy}, {trainer.n_train} train / {trainer.n_test} test images, "
+    log(f"train: {config.model}, policy {config.policy}, {trainer.n_train} train / {trainer.n_test} "
+        f"{'test' if config.eval_split == 'test' else 'validation'} images, "
         f"{config.epochs} epochs x {trainer.steps_per_epoch} steps, batch {config.batch_size}, lr {config.lr:g} "
         f"({config.lr_schedule}), wd {config.wd:g}, device {device_text}{processes}")
 
@@ -849,6 +878,7 @@ def train_and_evaluate(
         "test_error": last["test_error"],
         "test_loss": last["test_loss"],
         "test_images": trainer.n_test,
+        "eval_split": config.eval_split,
         "train_images": trainer.n_train,
         "classes": trainer.num_classes,
         "epochs": trainer.epoch,
