@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from hba_augment.functional import NUM_OPS, OP_NAMES, OPS
+from hba_augment.pretrained import pretrained_path
 from hba_augment.schedule import Schedule
 from hba_augment.search.hparams import hparams_to_policy, init_hparams
 
@@ -139,3 +140,39 @@ def test_run_records_are_reused_by_key_and_schedule_content(pq, tmp_path):
     record.write_text(json.dumps({"key": pq._run_key(cmd), "wall_seconds": 1.0, "result": {"test_error": 12.5}}))
     run = pq._run_one(cmd, tmp_path / "run", record, {}, "label")  # reused: nothing is launched
     assert run == {"result": {"test_error": 12.5}, "wall_seconds": 1.0, "reused": True}
+
+
+# ------------------------------------------------------------------------------ search_ablation.py
+SEARCH_KEYS = ("model", "strategy", "epochs", "train_images", "val_images", "batch_size", "lr", "lr_schedule",
+               "wd", "hparam_lr", "sigma", "t_train", "t_val", "seed", "preset", "dataset")
+
+
+def _search_settings(cmd: list[str]) -> dict:
+    """What ``hba-augment search <cmd>`` would search with, in the shipped schedule's provenance keys."""
+    from hba_augment.search.cli import build_parser
+    from hba_augment.search.loop import SearchConfig
+
+    args = build_parser().parse_args(cmd)
+    config = SearchConfig.from_preset(
+        args.preset, dataset=args.dataset, data_dir=args.data_dir, model=args.model, strategy=args.strategy,
+        epochs=args.epochs, train_size=args.train_size, val_size=args.val_size, lr=args.lr, wd=args.wd,
+        hparam_lr=args.hparam_lr, sigma=args.sigma, t_train=args.t_train, t_val=args.t_val, seed=args.seed)
+    values = {**vars(config), "train_images": config.train_size, "val_images": config.val_size}
+    return {k: values[k] for k in SEARCH_KEYS}
+
+
+def test_every_ablation_changes_exactly_its_setting_of_the_shipped_search():
+    ablation = _load("search_ablation")
+    try:
+        shipped = Schedule.load(pretrained_path("cifar10")).provenance
+        args = ablation.build_parser().parse_args([])
+        for variant, extra in ablation.VARIANTS.items():
+            cmd = ablation.search_command(variant, args, Path("/tmp/x"))
+            settings = _search_settings(cmd[cmd.index("search") + 1:])
+            changed = {k for k in SEARCH_KEYS if settings[k] != shipped["search_epochs" if k == "epochs" else k]}
+            flag = extra[0].removeprefix("--").replace("-", "_")
+            assert changed == {flag}, (variant, changed)
+            assert str(settings[flag]) == extra[1] or settings[flag] == float(extra[1])
+    finally:
+        sys.modules.pop("search_ablation", None)
+        sys.modules.pop("policy_quality", None)
