@@ -38,9 +38,10 @@ DEFAULT_OUT = REPO / "benchmarks" / "results" / "ablations"
 PBA = "benchmarks/results/reduced_cifar10/schedules/pba.json"
 
 #: The shipped search's settings are the paper's (lr 0.05 cosine, wd 0.005, hparam lr 0.03, sigma 1,
-#: T_train 2, T_val 1, first-bn, 200 epochs); each variant changes one of them (the paper's Table 5 and
-#: section 4.4 name these).
+#: T_train 2, T_val 1, first-bn, 200 epochs) and batch norm on the validation batch's statistics in the
+#: hyperparameter steps (the paper does not say; STN uses eval mode); each variant changes one of them.
 VARIANTS: dict[str, list[str]] = {
+    "val-bn-running": ["--val-bn", "running"],
     "epochs-100": ["--epochs", "100"],
     "sigma-0.5": ["--sigma", "0.5"],
     "sigma-2": ["--sigma", "2"],

@@ -268,19 +268,22 @@ def check_checkpoint(
     settings: str,
     data_mismatch: str,
     device: torch.device | None = None,
+    added_fields: Mapping[str, Any] | None = None,
 ) -> None:
     """``ValueError`` unless ``state`` is a checkpoint of this kind, settings and data.
 
     Args:
         kind: what the checkpoint is called in the message, e.g. ``"HBA search"``.
         config: the current config as a dict; fields in ``resume_free`` may differ.
+        added_fields: config fields added after checkpoints were first written, with the value that a
+            checkpoint without the field was run with (so that such a checkpoint still resumes).
         settings: what the settings are called (``"the search settings"``).
         data_mismatch: the message's tail when the data fingerprint differs.
         device: if given, the checkpoint's device type must be this one's.
     """
     if state.get("format") != format or state.get("version") != version:
         raise ValueError(f"{path} is not a version-{version} {kind} checkpoint")
-    saved = state["config"]
+    saved = {**(added_fields or {}), **state["config"]}
     diff = [k for k in config if k not in resume_free and saved.get(k) != config[k]]
     if device is not None and torch.device(saved.get("device", "cpu")).type != device.type:
         diff.append("device (type)")

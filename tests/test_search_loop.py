@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from hba_augment.datasets import load_dataset, reduced_split
 from hba_augment.schedule import Schedule
@@ -161,6 +162,42 @@ def test_steps_update_what_they_should(cifar):
     assert int(acc["train_n"]) == 32 and int(acc["val_n"]) == 32
 
 
+@pytest.mark.parametrize("val_bn", ["batch", "running"])
+def test_validation_step_normalises_as_configured(cifar, val_bn):
+    train, val = _tiny(cifar)
+    search = loop._Search(_config(val_bn=val_bn), train, val, log=lambda m: None)
+    acc = {k: torch.zeros(()) for k in ("train_loss", "train_correct", "train_n", "val_loss", "val_correct", "val_n")}
+    for start in (0, 32):  # running statistics that differ from any one batch's
+        search.train_step(torch.arange(start, start + 32), acc)
+    stream = (search.val_stream.perm.clone(), search.val_stream.pos)
+    idx = search.val_stream.next()
+    search.val_stream.perm, search.val_stream.pos = stream
+    x = search._layout(search.normalise(search.val_x[idx]))
+    lam = search.hparams.detach().clone()
+    before = {k: v.clone() for k, v in search.hm.state_dict().items()}
+    search.hm.train(val_bn == "batch")
+    with torch.no_grad(), loop._frozen_bn_statistics(search.hm):
+        expected = F.cross_entropy(search.hm(x, lam), search.val_y[idx]) * len(idx)
+    search.hm.train()
+    search.val_step(acc)
+    assert float(acc["val_loss"]) == pytest.approx(float(expected), rel=1e-5)
+    # Back in training mode, with every running statistic as it was.
+    assert search.hm.training and all(m.training for m in search.hm.modules())
+    assert all(torch.equal(before[k], v) for k, v in search.hm.state_dict().items())
+
+
+def test_a_checkpoint_from_before_val_bn_resumes_as_batch(cifar, tmp_path: Path):
+    data = _tiny(cifar)
+    quiet = {"progress": False, "log": lambda m: None, "plot": False, "data": data}
+    run_search(_config(epochs=1), tmp_path, **quiet)
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    del state["config"]["val_bn"]  # as written before the field existed
+    torch.save(state, tmp_path / "checkpoint.pt")
+    assert run_search(_config(epochs=1), tmp_path, resume=True, **quiet).schedule.provenance["val_bn"] == "batch"
+    with pytest.raises(ValueError, match="val_bn: checkpoint 'batch' vs now 'running'"):
+        run_search(_config(epochs=1, val_bn="running"), tmp_path, resume=True, **quiet)
+
+
 def test_lr_schedules():
     cos = _config(epochs=10, lr=0.1)
     assert lr_at(cos, 0, 5) == pytest.approx(0.1)
@@ -199,6 +236,7 @@ def test_presets_follow_the_paper():
     ({"device": "tpu:banana"}, "device"),
     ({"count_probs": (0.5, 0.6)}, "count_probs"),
     ({"batch_size": True}, "batch_size"),
+    ({"val_bn": "eval"}, "val_bn must be one of \\['batch', 'running'\\], got 'eval'"),
 ])
 def test_bad_config(overrides, match):
     with pytest.raises(ValueError, match=match):

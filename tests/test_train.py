@@ -238,6 +238,17 @@ def test_resume_refuses_changed_settings(cifar_dir, tmp_path, capsys):
     assert "settings differ" in capsys.readouterr().err
 
 
+def test_a_checkpoint_from_before_eval_split_resumes_as_a_test_split_run(cifar_dir, tmp_path, capsys):
+    assert main(cli(cifar_dir, tmp_path, "none")) == 0
+    path = tmp_path / "checkpoint.pt"
+    state = torch.load(path, weights_only=True)
+    del state["config"]["eval_split"]  # as written before the field existed
+    torch.save(state, path)
+    assert main([*cli(cifar_dir, tmp_path, "none"), "--resume"]) == 0
+    assert main([*cli(cifar_dir, tmp_path, "none", "--eval-split", "val"), "--resume"]) == 2
+    assert "eval_split: checkpoint 'test' vs now 'val'" in capsys.readouterr().err
+
+
 def test_nan_loss_is_a_clear_error(cifar_dir, tmp_path, capsys):
     argv = [*cli(cifar_dir, tmp_path, "none"), "--lr", "1e30", "--batch-size", "16"]
     assert main(argv) == 1

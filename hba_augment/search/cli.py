@@ -95,6 +95,9 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     g.add_argument("--sigma", type=nonneg_float, default=1.0, help="std of the per-image perturbation (default: 1)")
     g.add_argument("--t-train", type=positive_int, default=2, help="SGD steps per outer iteration (default: 2)")
     g.add_argument("--t-val", type=nonneg_int, default=1, help="hyperparameter steps per outer iteration (default: 1)")
+    g.add_argument("--val-bn", choices=("batch", "running"), default="batch",
+                   help="batch norm in the hyperparameter steps: batch = the validation batch's statistics "
+                   "(default), running = eval mode, the running statistics, as the network is tested")
     g.add_argument("--cutout", type=nonneg_int, help="Cutout size after the policy, 0 for none" + preset)
     g.add_argument("--crop-padding", type=nonneg_int, help="padding of the random crop, 0 for no crop" + preset)
     g.add_argument("--no-flip", dest="flip", action="store_false", default=None,
@@ -150,9 +153,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "hba-augment search") ->
             args.preset, dataset=args.dataset, data_dir=args.data_dir, model=args.model, strategy=args.strategy,
             epochs=args.epochs, train_size=args.train_size, val_size=args.val_size, batch_size=args.batch_size,
             lr=args.lr, lr_schedule=args.lr_schedule, lr_milestones=args.lr_milestones, wd=args.wd,
-            hparam_lr=args.hparam_lr, sigma=args.sigma, t_train=args.t_train, t_val=args.t_val, seed=args.seed,
-            device=device, image_size=args.image_size, classes=args.classes, download=args.download or None,
-            flip=args.flip, crop_padding=args.crop_padding, cutout=args.cutout, name=args.name,
+            hparam_lr=args.hparam_lr, sigma=args.sigma, t_train=args.t_train, t_val=args.t_val, val_bn=args.val_bn,
+            seed=args.seed, device=device, image_size=args.image_size, classes=args.classes,
+            download=args.download or None, flip=args.flip, crop_padding=args.crop_padding, cutout=args.cutout,
+            name=args.name,
             channels_last=args.channels_last, amp=args.amp,
         )
         if args.name is None:

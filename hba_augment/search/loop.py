@@ -17,9 +17,12 @@ Cutout (a ``cutout x cutout`` zero patch centred on a uniform pixel, clipped at 
 the paper's order ("policy, baseline, Cutout in sequence", baseline = standardisation, flip, crop) and
 PBA's code: padding and Cutout are zeros *after* standardisation, i.e. the mean colour.
 
-Batch norm in the validation step runs in training mode (batch statistics, as in the training steps and
-as STN does), so ``lambda``'s gradient sees the same normalisation the population is trained with, but
-the running statistics are left untouched: they keep describing (augmented) training batches only.
+Batch norm in the validation step (``val_bn``): ``"batch"`` (default, this package's first choice; the
+paper does not say) normalises the validation batch with its own statistics, as the training steps do,
+and leaves the running statistics untouched, so they keep describing (augmented) training batches only;
+``"running"`` runs the network in eval mode, as STN's hyper step does (``cnn.eval()``) and as the network
+is tested: the running statistics, gathered on augmented images, normalise clean ones, so ``lambda``'s
+gradient also sees what augmentation does to the statistics a tested network uses.
 
 An *epoch* is one pass over the training split: a fresh random permutation cut into
 ``steps_per_epoch = ceil(N_train / batch_size)`` batches (the last one may be smaller), processed by
@@ -86,6 +89,10 @@ _CHECKPOINT_VERSION = 1
 
 # Fields that may differ between the run that wrote a checkpoint and the run that resumes it.
 _RESUME_FREE = frozenset({"data_dir", "name", "device"})
+# Fields added after the first checkpoints, and the value those checkpoints were searched with.
+_ADDED_FIELDS = {"val_bn": "batch"}
+#: Batch norm in the validation (hyperparameter) steps: the batch's statistics or the running ones.
+VAL_BN = ("batch", "running")
 
 
 class SearchDivergedError(RuntimeError):
@@ -109,6 +116,8 @@ class SearchConfig:
         hparam_lr: Adam learning rate of ``lambda`` (constant).
         sigma: standard deviation of the per-image perturbation ``eps_i``.
         t_train, t_val: training / validation steps per outer iteration.
+        val_bn: batch norm in the validation steps: ``"batch"`` (the validation batch's statistics) or
+            ``"running"`` (eval mode: the running statistics); see the module docstring.
         seed: seeds the split, the model initialisation and every random stream.
         device: e.g. ``"cpu"``, ``"cuda"``, ``"cuda:1"``.
         image_size, classes, download: passed to ``load_dataset``.
@@ -141,6 +150,7 @@ class SearchConfig:
     sigma: float = 1.0
     t_train: int = 2
     t_val: int = 1
+    val_bn: str = "batch"
     seed: int = 0
     device: str = "cpu"
     image_size: int | None = None
@@ -193,6 +203,8 @@ class SearchConfig:
         for name in ("wd", "sigma", "momentum", "lr_gamma"):
             _runner.check_nonneg_number(self, name)
         _runner.check_lr_schedule(self)
+        if self.val_bn not in VAL_BN:
+            raise ValueError(f"val_bn must be one of {list(VAL_BN)}, got {self.val_bn!r}")
         if self.image_size is not None and (isinstance(self.image_size, bool) or not isinstance(
                 self.image_size, int) or self.image_size < 1):
             raise ValueError(f"image_size must be a positive int or None, got {self.image_size!r}")
@@ -416,9 +428,16 @@ class _Search:
         global_size = len(idx)
         idx = _distributed.shard(idx, self.dist).to(self.device, non_blocking=True)
         x, y = self._layout(self.normalise(self.val_x[idx])), self.val_y[idx]
-        with _frozen_bn_statistics(self.hm), torch.autocast(self.device.type, dtype=torch.bfloat16,
-                                                            enabled=self.config.amp):
-            logits = self.hm(x, self.hparams)
+        running = self.config.val_bn == "running"
+        if running:
+            self.hm.eval()
+        try:
+            with _frozen_bn_statistics(self.hm), torch.autocast(self.device.type, dtype=torch.bfloat16,
+                                                                enabled=self.config.amp):
+                logits = self.hm(x, self.hparams)
+        finally:
+            if running:
+                self.hm.train()
         logits = logits.float()
         if self.dist.distributed:
             # Each rank's loss is its shard's part of the global batch's mean loss, so the sum of the ranks'
@@ -570,6 +589,7 @@ class _Search:
             "sigma": cfg.sigma,
             "t_train": cfg.t_train,
             "t_val": cfg.t_val,
+            "val_bn": cfg.val_bn,
             "channels_last": self.channels_last,
             "amp": cfg.amp,
             "baseline": {"flip": cfg.flip, "crop_padding": cfg.crop_padding, "cutout": cfg.cutout},
@@ -605,7 +625,7 @@ class _Search:
         _runner.check_checkpoint(
             state, path, format=_CHECKPOINT_FORMAT, version=_CHECKPOINT_VERSION, kind="HBA search",
             config=self.config.to_dict(), resume_free=_RESUME_FREE, data_fingerprint=self.fingerprint,
-            settings="the search settings", device=self.device,
+            settings="the search settings", device=self.device, added_fields=_ADDED_FIELDS,
             data_mismatch="the training/validation images differ from the checkpoint's (different data files?)",
         )
         self.hm.load_state_dict(state["model"])

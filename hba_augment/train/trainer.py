@@ -132,6 +132,8 @@ EVAL_SPLITS = ("test", "val")
 # May differ between the run that wrote a checkpoint and the one that resumes it (they do not change
 # what is trained).
 _RESUME_FREE = frozenset({"data_dir", "device", "num_workers", "eval_every", "eval_batch_size", "download"})
+# Fields added after the first checkpoints, and the value those checkpoints were trained with.
+_ADDED_FIELDS = {"eval_split": "test"}
 
 
 class TrainingDivergedError(RuntimeError):
@@ -771,6 +773,7 @@ class _Trainer:
             state, path, format=_CHECKPOINT_FORMAT, version=_CHECKPOINT_VERSION, kind="hba-augment train",
             config=self.config.to_dict(), resume_free=_RESUME_FREE, data_fingerprint=self.fingerprint,
             settings="the settings", data_mismatch="the training/test images differ from the checkpoint's",
+            added_fields=_ADDED_FIELDS,
         )
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
