@@ -43,6 +43,7 @@ PBA = "benchmarks/results/reduced_cifar10/schedules/pba.json"
 #: hyperparameter steps (the paper does not say; STN uses eval mode); each variant changes one of them.
 VARIANTS: dict[str, list[str]] = {
     "val-bn-running": ["--val-bn", "running"],
+    "init-identity": ["--init", "identity"],
     "epochs-100": ["--epochs", "100"],
     "sigma-0.5": ["--sigma", "0.5"],
     "sigma-2": ["--sigma", "2"],

@@ -144,7 +144,7 @@ def test_run_records_are_reused_by_key_and_schedule_content(pq, tmp_path):
 
 # ------------------------------------------------------------------------------ search_ablation.py
 SEARCH_KEYS = ("model", "strategy", "epochs", "train_images", "val_images", "batch_size", "lr", "lr_schedule",
-               "wd", "hparam_lr", "sigma", "t_train", "t_val", "val_bn", "seed", "preset", "dataset")
+               "wd", "hparam_lr", "sigma", "t_train", "t_val", "val_bn", "init", "seed", "preset", "dataset")
 
 
 def _search_settings(cmd: list[str]) -> dict:
@@ -157,7 +157,7 @@ def _search_settings(cmd: list[str]) -> dict:
         args.preset, dataset=args.dataset, data_dir=args.data_dir, model=args.model, strategy=args.strategy,
         epochs=args.epochs, train_size=args.train_size, val_size=args.val_size, lr=args.lr, wd=args.wd,
         hparam_lr=args.hparam_lr, sigma=args.sigma, t_train=args.t_train, t_val=args.t_val, val_bn=args.val_bn,
-        seed=args.seed)
+        init=args.init, seed=args.seed)
     values = {**vars(config), "train_images": config.train_size, "val_images": config.val_size}
     return {k: values[k] for k in SEARCH_KEYS}
 
@@ -170,8 +170,9 @@ def test_every_ablation_changes_exactly_its_setting_of_the_shipped_search():
         for variant, extra in ablation.VARIANTS.items():
             cmd = ablation.search_command(variant, args, Path("/tmp/x"))
             settings = _search_settings(cmd[cmd.index("search") + 1:])
-            # The shipped search predates val_bn: it ran with the validation batch's statistics.
-            was = {**shipped, "epochs": shipped["search_epochs"], "val_bn": shipped.get("val_bn", "batch")}
+            # The shipped search predates val_bn and init: it ran with their defaults.
+            was = {**shipped, "epochs": shipped["search_epochs"], "val_bn": shipped.get("val_bn", "batch"),
+                   "init": shipped.get("init", "paper")}
             changed = {k for k in SEARCH_KEYS if settings[k] != was[k]}
             flag = extra[0].removeprefix("--").replace("-", "_")
             assert changed == {flag}, (variant, changed)

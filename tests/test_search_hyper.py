@@ -377,6 +377,27 @@ def test_init_hparams_is_five_percent_of_every_range():
             assert torch.isnan(mag[:, k]).all()
 
 
+def test_identity_init_starts_the_enhancers_at_factor_one_and_leaves_the_rest(cifar_images):
+    from hba_augment.functional import apply_op
+
+    paper, identity = init_hparams(dtype=torch.float64), init_hparams("identity", dtype=torch.float64)
+    assert identity.dtype == torch.float64
+    p0, m0 = hparams_to_policy(paper)
+    p1, m1 = hparams_to_policy(identity)
+    assert torch.equal(p0, p1)
+    enhancers = [OP_NAMES.index(n) for n in ("Contrast", "Color", "Brightness", "Sharpness")]
+    for k in range(NUM_OPS):
+        if k in enhancers:
+            assert m1[:, k].tolist() == pytest.approx([1.0, 1.0])
+            # The identity: the op leaves real images unchanged.
+            assert torch.equal(apply_op(cifar_images, OP_NAMES[k], m1[0, k].float().expand(len(cifar_images))),
+                               cifar_images)
+        else:
+            torch.testing.assert_close(m1[:, k], m0[:, k], equal_nan=True)
+    with pytest.raises(ValueError, match="init must be one of \\['paper', 'identity'\\], got 'zero'"):
+        init_hparams("zero")
+
+
 def test_initial_policy_is_mild_on_real_images(cifar_images):
     """SPEC section 1: the initial magnitudes of Solarize and Posterize (strengths) barely change an image.
 

@@ -186,14 +186,15 @@ def test_validation_step_normalises_as_configured(cifar, val_bn):
     assert all(torch.equal(before[k], v) for k, v in search.hm.state_dict().items())
 
 
-def test_a_checkpoint_from_before_val_bn_resumes_as_batch(cifar, tmp_path: Path):
+def test_a_checkpoint_from_before_val_bn_and_init_resumes_with_their_old_values(cifar, tmp_path: Path):
     data = _tiny(cifar)
     quiet = {"progress": False, "log": lambda m: None, "plot": False, "data": data}
     run_search(_config(epochs=1), tmp_path, **quiet)
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
-    del state["config"]["val_bn"]  # as written before the field existed
+    del state["config"]["val_bn"], state["config"]["init"]  # as written before the fields existed
     torch.save(state, tmp_path / "checkpoint.pt")
-    assert run_search(_config(epochs=1), tmp_path, resume=True, **quiet).schedule.provenance["val_bn"] == "batch"
+    provenance = run_search(_config(epochs=1), tmp_path, resume=True, **quiet).schedule.provenance
+    assert (provenance["val_bn"], provenance["init"]) == ("batch", "paper")
     with pytest.raises(ValueError, match="val_bn: checkpoint 'batch' vs now 'running'"):
         run_search(_config(epochs=1, val_bn="running"), tmp_path, resume=True, **quiet)
 
@@ -237,6 +238,7 @@ def test_presets_follow_the_paper():
     ({"count_probs": (0.5, 0.6)}, "count_probs"),
     ({"batch_size": True}, "batch_size"),
     ({"val_bn": "eval"}, "val_bn must be one of \\['batch', 'running'\\], got 'eval'"),
+    ({"init": "zero"}, "init must be one of \\['paper', 'identity'\\], got 'zero'"),
 ])
 def test_bad_config(overrides, match):
     with pytest.raises(ValueError, match=match):

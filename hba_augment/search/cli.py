@@ -95,6 +95,9 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     g.add_argument("--sigma", type=nonneg_float, default=1.0, help="std of the per-image perturbation (default: 1)")
     g.add_argument("--t-train", type=positive_int, default=2, help="SGD steps per outer iteration (default: 2)")
     g.add_argument("--t-val", type=nonneg_int, default=1, help="hyperparameter steps per outer iteration (default: 1)")
+    g.add_argument("--init", choices=("paper", "identity"), default="paper",
+                   help="initial policy: paper = every value at 0.95 lo + 0.05 hi (default); identity = the same, "
+                   "but the four PIL enhancers' factors start at their identity 1 instead of 0.19")
     g.add_argument("--val-bn", choices=("batch", "running"), default="batch",
                    help="batch norm in the hyperparameter steps: batch = the validation batch's statistics "
                    "(default), running = eval mode, the running statistics, as the network is tested")
@@ -154,10 +157,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "hba-augment search") ->
             epochs=args.epochs, train_size=args.train_size, val_size=args.val_size, batch_size=args.batch_size,
             lr=args.lr, lr_schedule=args.lr_schedule, lr_milestones=args.lr_milestones, wd=args.wd,
             hparam_lr=args.hparam_lr, sigma=args.sigma, t_train=args.t_train, t_val=args.t_val, val_bn=args.val_bn,
-            seed=args.seed, device=device, image_size=args.image_size, classes=args.classes,
+            init=args.init, seed=args.seed, device=device, image_size=args.image_size, classes=args.classes,
             download=args.download or None, flip=args.flip, crop_padding=args.crop_padding, cutout=args.cutout,
-            name=args.name,
-            channels_last=args.channels_last, amp=args.amp,
+            name=args.name, channels_last=args.channels_last, amp=args.amp,
         )
         if args.name is None:
             config.name = default_name(args.out, config.dataset, config.model)

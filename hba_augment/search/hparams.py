@@ -22,6 +22,7 @@ from hba_augment.functional._table import MAGNITUDE_OPS, NUM_OPS, OPS
 
 __all__ = [
     "HPARAM_NAMES",
+    "INITS",
     "INIT_FRACTION",
     "NUM_COPIES",
     "NUM_HPARAMS",
@@ -38,6 +39,8 @@ NUM_PROB_HPARAMS = NUM_COPIES * NUM_OPS
 NUM_HPARAMS = NUM_PROB_HPARAMS + NUM_COPIES * len(MAGNITUDE_OPS)
 #: Initial position of every hyperparameter inside its range (paper appendix: ``0.95 lo + 0.05 hi``).
 INIT_FRACTION = 0.05
+#: Initial values :func:`init_hparams` knows: ``"paper"`` (SPEC section 3) and ``"identity"``.
+INITS = ("paper", "identity")
 
 #: Human-readable name of each entry of ``lambda``, e.g. ``"prob[0].ShearX"``, ``"mag[1].Rotate"``.
 HPARAM_NAMES: tuple[str, ...] = tuple(
@@ -70,13 +73,35 @@ def _magnitude_index(device: torch.device) -> Tensor:
     return torch.tensor(MAGNITUDE_OPS, device=device)
 
 
-def init_hparams(*, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> Tensor:
-    """The initial ``lambda``: every entry ``logit(0.05)`` (SPEC section 3).
+def init_hparams(
+    init: str = "paper", *, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
+) -> Tensor:
+    """The initial ``lambda``.
+
+    Args:
+        init: ``"paper"``: every entry ``logit(0.05)``, i.e. ``0.95 lo + 0.05 hi`` (SPEC section 3).
+            ``"identity"``: the same, except the magnitudes of ops whose identity lies strictly inside
+            their range (the four PIL enhancers, identity factor 1 in ``[0.1, 1.9]``), which start at the
+            identity instead of the strong factor 0.19; the other ops' identity is their low end, which
+            ``"paper"`` already starts next to.
 
     Returns:
         Tensor of shape ``(NUM_HPARAMS,)``.
+
+    Raises:
+        ValueError: an unknown ``init``.
     """
-    return torch.full((NUM_HPARAMS,), math.log(INIT_FRACTION / (1 - INIT_FRACTION)), dtype=dtype, device=device)
+    if init not in INITS:
+        raise ValueError(f"init must be one of {list(INITS)}, got {init!r}")
+    lam = torch.full((NUM_HPARAMS,), math.log(INIT_FRACTION / (1 - INIT_FRACTION)), dtype=torch.float64)
+    if init == "identity":
+        for j, k in enumerate(MAGNITUDE_OPS):
+            spec = OPS[k]
+            if spec.identity is not None and spec.low < spec.identity < spec.high:
+                frac = (spec.identity - spec.low) / (spec.high - spec.low)
+                for c in range(NUM_COPIES):
+                    lam[NUM_PROB_HPARAMS + c * len(MAGNITUDE_OPS) + j] = math.log(frac / (1 - frac))
+    return lam.to(dtype=dtype, device=device)
 
 
 def hparams_to_policy(hparams: Tensor) -> tuple[Tensor, Tensor]:

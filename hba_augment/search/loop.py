@@ -62,7 +62,7 @@ from hba_augment.functional._table import MAGNITUDE_OPS, OPS
 from hba_augment.models import create_model
 from hba_augment.schedule import Schedule
 from hba_augment.search._presets import DEFAULT_PRESET, PRESETS
-from hba_augment.search.hparams import NUM_HPARAMS, NUM_PROB_HPARAMS, hparams_to_policy, init_hparams
+from hba_augment.search.hparams import INITS, NUM_HPARAMS, NUM_PROB_HPARAMS, hparams_to_policy, init_hparams
 from hba_augment.search.hyperize import STRATEGIES, HyperModel, hyperize
 
 __all__ = [
@@ -90,7 +90,7 @@ _CHECKPOINT_VERSION = 1
 # Fields that may differ between the run that wrote a checkpoint and the run that resumes it.
 _RESUME_FREE = frozenset({"data_dir", "name", "device"})
 # Fields added after the first checkpoints, and the value those checkpoints were searched with.
-_ADDED_FIELDS = {"val_bn": "batch"}
+_ADDED_FIELDS = {"val_bn": "batch", "init": "paper"}
 #: Batch norm in the validation (hyperparameter) steps: the batch's statistics or the running ones.
 VAL_BN = ("batch", "running")
 
@@ -118,6 +118,8 @@ class SearchConfig:
         t_train, t_val: training / validation steps per outer iteration.
         val_bn: batch norm in the validation steps: ``"batch"`` (the validation batch's statistics) or
             ``"running"`` (eval mode: the running statistics); see the module docstring.
+        init: initial ``lambda``, ``"paper"`` or ``"identity"`` (see
+            :func:`~hba_augment.search.hparams.init_hparams`).
         seed: seeds the split, the model initialisation and every random stream.
         device: e.g. ``"cpu"``, ``"cuda"``, ``"cuda:1"``.
         image_size, classes, download: passed to ``load_dataset``.
@@ -151,6 +153,7 @@ class SearchConfig:
     t_train: int = 2
     t_val: int = 1
     val_bn: str = "batch"
+    init: str = "paper"
     seed: int = 0
     device: str = "cpu"
     image_size: int | None = None
@@ -205,6 +208,8 @@ class SearchConfig:
         _runner.check_lr_schedule(self)
         if self.val_bn not in VAL_BN:
             raise ValueError(f"val_bn must be one of {list(VAL_BN)}, got {self.val_bn!r}")
+        if self.init not in INITS:
+            raise ValueError(f"init must be one of {list(INITS)}, got {self.init!r}")
         if self.image_size is not None and (isinstance(self.image_size, bool) or not isinstance(
                 self.image_size, int) or self.image_size < 1):
             raise ValueError(f"image_size must be a positive int or None, got {self.image_size!r}")
@@ -361,7 +366,7 @@ class _Search:
         self.hm.to(dev).train()
         if self.channels_last:
             self.hm.to(memory_format=torch.channels_last)
-        self.hparams = init_hparams(device=dev).requires_grad_(True)
+        self.hparams = init_hparams(cfg.init, device=dev).requires_grad_(True)
         self.opt = torch.optim.SGD(self.hm.parameters(), lr=cfg.lr, momentum=cfg.momentum,
                                    nesterov=cfg.nesterov, weight_decay=cfg.wd)
         self.hopt = torch.optim.Adam([self.hparams], lr=cfg.hparam_lr)
@@ -590,6 +595,7 @@ class _Search:
             "t_train": cfg.t_train,
             "t_val": cfg.t_val,
             "val_bn": cfg.val_bn,
+            "init": cfg.init,
             "channels_last": self.channels_last,
             "amp": cfg.amp,
             "baseline": {"flip": cfg.flip, "crop_padding": cfg.crop_padding, "cutout": cfg.cutout},
