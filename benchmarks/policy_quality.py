@@ -319,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         "torchvision": cfg.get("torchvision_version"),
         "data": {"name": args.data_name, "dataset": args.dataset, "data_dir": str(args.data_dir),
                  "train_images": first["train_images"], "test_images": first["test_images"],
+                 "eval_split": first.get("eval_split", "test"),
                  "subset_seed": args.subset_seed},
         "settings": {"model": args.model, "epochs": args.epochs, "batch_size": cfg["batch_size"], "lr": cfg["lr"],
                      "lr_schedule": cfg["lr_schedule"], "wd": cfg["wd"], "preset": args.preset, "seeds": args.seeds,
@@ -339,8 +340,11 @@ def _markdown(report: dict[str, Any]) -> str:
     s, d, m = report["settings"], report["data"], report["machine"]
     commit = (report["git_commit"] or "unknown") + (" (with uncommitted changes)" if report["git_dirty"] else "")
     reused = any(run["reused"] for row in report["rows"] for run in row["runs"])
+    # hba-augment train --eval-split val: the "test" images are held-out images of the train split.
+    val = d.get("eval_split") == "val"
+    what, where = ("validation", "held-out validation images of the train split") if val else ("test", "test images")
     lines = [
-        "# Policy quality: test error of one network trained with each augmentation policy",
+        f"# Policy quality: {what} error of one network trained with each augmentation policy",
         "",
         f"- Command: `{report['command']}`",
         f"- Git commit: {commit}; hba-augment {report['package_version']}",
@@ -349,15 +353,16 @@ def _markdown(report: dict[str, Any]) -> str:
         f"- torch {m['torch']}, torchvision {report['torchvision']}, Python {m['python']}",
         f"- Date: {report['date']}",
         f"- Data: {d['name']} ({d['data_dir']}): {d['train_images']:,}-image class-balanced training subset "
-        f"(subset seed {d['subset_seed']}), {d['test_images']:,} test images",
+        f"(subset seed {d['subset_seed']}), {d['test_images']:,} {where}",
         f"- Training: {s['model']}, {s['epochs']} epochs, batch {s['batch_size']}, SGD (Nesterov 0.9) lr {s['lr']:g} "
         f"{s['lr_schedule']}, wd {s['wd']:g} ({s['preset']} preset); device {s['device']}, {s['threads']} torch "
         f"thread(s) per run, {s['jobs']} run(s) at a time" + (f"; extra options `{s['extra']}`" if s["extra"] else ""),
-        f"- Seeds: {', '.join(map(str, s['seeds']))}; test error is the last epoch's, mean ± sample std over seeds",
+        f"- Seeds: {', '.join(map(str, s['seeds']))}; {what} error is the last epoch's, mean ± sample std over seeds",
         f"- Total wall time: {report['total_wall_seconds'] / 60:.1f} min"
         + (" (some runs were reused from an earlier invocation; their wall times are from it)" if reused else ""),
         "",
-        "| Policy | Test error (%) | Per seed (%) | Test loss | Wall time per run (s), mean |",
+        f"| Policy | {what.capitalize()} error (%) | Per seed (%) | {what.capitalize()} loss | Wall time per run (s), "
+        "mean |",
         "|---|---|---|---|---|",
     ]
     for row in report["rows"]:
