@@ -71,6 +71,7 @@ __all__ = [
     "PLOT_FILE",
     "PRESETS",
     "SCHEDULE_FILE",
+    "VAL_BN",
     "SearchConfig",
     "SearchDivergedError",
     "SearchResult",
