@@ -1,4 +1,4 @@
-"""benchmarks/control_schedules.py (issue 10's comparison peers and controls) and policy_quality.py's run records."""
+"""Benchmark helpers of issue 10: control_schedules.py, policy_quality.py's run records, search_ablation.py, augmentation_strength.py."""
 
 from __future__ import annotations
 
@@ -180,3 +180,19 @@ def test_every_ablation_changes_exactly_its_setting_of_the_shipped_search():
     finally:
         sys.modules.pop("search_ablation", None)
         sys.modules.pop("policy_quality", None)
+
+
+# ------------------------------------------------------------------------ augmentation_strength.py
+def test_strength_measure_on_known_transforms(cifar_images):
+    strength = _load("augmentation_strength")
+    try:
+        images = cifar_images[:16]
+        assert strength.measure(torch.nn.Identity(), images, 0) == (0.0, 1.0)
+        inverted = (255 - images.float() - images.float()).abs().mean().item()
+        assert strength.measure(lambda x: 255 - x, images, 0) == (pytest.approx(inverted), 0.0)
+        # An HBA schedule follows the epoch, torchvision's policies do not.
+        assert strength._transform("hba:cifar10", 100)[1] and not strength._transform("randaugment", 100)[1]
+        with pytest.raises(SystemExit, match="unknown policy 'mixup'"):
+            strength._transform("mixup", 100)
+    finally:
+        sys.modules.pop("augmentation_strength", None)
