@@ -149,15 +149,9 @@ SEARCH_KEYS = ("model", "strategy", "epochs", "train_images", "val_images", "bat
 
 def _search_settings(cmd: list[str]) -> dict:
     """What ``hba-augment search <cmd>`` would search with, in the shipped schedule's provenance keys."""
-    from hba_augment.search.cli import build_parser
-    from hba_augment.search.loop import SearchConfig
+    from hba_augment.search.cli import build_parser, config_from_args
 
-    args = build_parser().parse_args(cmd)
-    config = SearchConfig.from_preset(
-        args.preset, dataset=args.dataset, data_dir=args.data_dir, model=args.model, strategy=args.strategy,
-        epochs=args.epochs, train_size=args.train_size, val_size=args.val_size, lr=args.lr, wd=args.wd,
-        hparam_lr=args.hparam_lr, sigma=args.sigma, t_train=args.t_train, t_val=args.t_val, val_bn=args.val_bn,
-        init=args.init, seed=args.seed)
+    config = config_from_args(build_parser().parse_args(cmd), "cpu")
     values = {**vars(config), "train_images": config.train_size, "val_images": config.val_size}
     return {k: values[k] for k in SEARCH_KEYS}
 

@@ -15,6 +15,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hba_augment._cli_common import (
     classes,
@@ -27,7 +28,10 @@ from hba_augment._cli_common import (
     setup_torch,
 )
 
-__all__ = ["build_parser", "default_name", "main"]
+if TYPE_CHECKING:  # the loop imports torch; --help must not
+    from hba_augment.search.loop import SearchConfig
+
+__all__ = ["build_parser", "config_from_args", "default_name", "main"]
 
 
 def default_name(out: str, dataset: str, model: str) -> str:
@@ -129,6 +133,24 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     return p
 
 
+def config_from_args(args: argparse.Namespace, device: str) -> SearchConfig:
+    """The :class:`~hba_augment.search.loop.SearchConfig` that parsed ``search`` arguments describe.
+
+    Unset options (``None``) take the preset's values.
+    """
+    from hba_augment.search.loop import SearchConfig
+
+    return SearchConfig.from_preset(
+        args.preset, dataset=args.dataset, data_dir=args.data_dir, model=args.model, strategy=args.strategy,
+        epochs=args.epochs, train_size=args.train_size, val_size=args.val_size, batch_size=args.batch_size,
+        lr=args.lr, lr_schedule=args.lr_schedule, lr_milestones=args.lr_milestones, wd=args.wd,
+        hparam_lr=args.hparam_lr, sigma=args.sigma, t_train=args.t_train, t_val=args.t_val, val_bn=args.val_bn,
+        init=args.init, seed=args.seed, device=device, image_size=args.image_size, classes=args.classes,
+        download=args.download or None, flip=args.flip, crop_padding=args.crop_padding, cutout=args.cutout,
+        name=args.name, channels_last=args.channels_last, amp=args.amp,
+    )
+
+
 def main(argv: Sequence[str] | None = None, prog: str = "hba-augment search") -> int:
     """Entry point; returns the process exit status (0 ok, 1 diverged, 2 bad input, 3 a distributed run lost a
     process or timed out, 130 interrupted)."""
@@ -139,7 +161,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "hba-augment search") ->
     import torch
 
     from hba_augment import _distributed
-    from hba_augment.search.loop import SearchConfig, SearchDivergedError, run_search
+    from hba_augment.search.loop import SearchDivergedError, run_search
 
     requested = setup_torch(args.threads, args.device)
     if requested.startswith("cuda"):
@@ -152,15 +174,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "hba-augment search") ->
         return text if ctx.is_main else ""
 
     def _search(device: str) -> str:
-        config = SearchConfig.from_preset(
-            args.preset, dataset=args.dataset, data_dir=args.data_dir, model=args.model, strategy=args.strategy,
-            epochs=args.epochs, train_size=args.train_size, val_size=args.val_size, batch_size=args.batch_size,
-            lr=args.lr, lr_schedule=args.lr_schedule, lr_milestones=args.lr_milestones, wd=args.wd,
-            hparam_lr=args.hparam_lr, sigma=args.sigma, t_train=args.t_train, t_val=args.t_val, val_bn=args.val_bn,
-            init=args.init, seed=args.seed, device=device, image_size=args.image_size, classes=args.classes,
-            download=args.download or None, flip=args.flip, crop_padding=args.crop_padding, cutout=args.cutout,
-            name=args.name, channels_last=args.channels_last, amp=args.amp,
-        )
+        config = config_from_args(args, device)
         if args.name is None:
             config.name = default_name(args.out, config.dataset, config.model)
         # Model names are checked before any data is read.
