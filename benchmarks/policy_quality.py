@@ -4,7 +4,9 @@ Every run is one ``hba-augment train`` process (the exact command is recorded pe
 repeated alone, and an interrupted benchmark continues where it stopped (finished runs are reused,
 unfinished ones resume from their checkpoint). Each finished run writes its result to
 ``OUT/results/<policy>-seed<N>.json`` at once: commit those files as they appear, and a later invocation,
-on this machine or a fresh clone elsewhere, reuses them instead of training again. Writes ``OUT/policy_quality.md`` (a table of test error
+on this machine or a fresh clone elsewhere, reuses them instead of training again; ``--report-only`` builds
+the table from those files alone, training nothing, so that a comparison spread over several sessions has a
+committed table at every stage (runs not done yet are marked). Writes ``OUT/policy_quality.md`` (a table of test error
 mean +- sample std over the seeds, and wall time per policy, under a header with the command, git commit,
 machine, torch version and date) and ``OUT/policy_quality.json`` (everything, per run); the runs' own
 folders go to ``OUT/runs/`` (git-ignored).
@@ -103,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-workers", type=int, help="hba-augment train --num-workers (default: its own)")
     p.add_argument("--extra", default="", help="more hba-augment train options for every run, e.g. '--lr 0.05'")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (policy_quality.md/.json, runs/)")
+    p.add_argument("--report-only", action="store_true",
+                   help="train nothing: build the table from the finished runs' records in OUT/results/ and mark "
+                   "the runs not done yet")
     return p
 
 
@@ -187,6 +192,17 @@ def _run_key(cmd: list[str]) -> list[str]:
     return key if digest is None else [*key, f"schedule-sha256:{digest}"]
 
 
+def _reused(key: list[str], record: Path) -> dict[str, Any] | None:
+    """The finished run of ``key`` saved in ``record`` as ``{"result", "wall_seconds", "reused"}``, or ``None``
+    when there is no record or it holds another run (other settings or schedule content)."""
+    if not record.exists():
+        return None
+    saved = json.loads(record.read_text(encoding="utf-8"))
+    if saved.get("key") != key:
+        return None
+    return {"result": saved["result"], "wall_seconds": saved["wall_seconds"], "reused": True}
+
+
 def _run_one(cmd: list[str], out: Path, record: Path, env: dict[str, str], label: str) -> dict[str, Any]:
     """Run one training (or reuse its result) and return ``{"result", "wall_seconds", "reused"}``.
 
@@ -195,10 +211,9 @@ def _run_one(cmd: list[str], out: Path, record: Path, env: dict[str, str], label
     run's checkpoint and log (not committed), so an interrupted run resumes on the same machine.
     """
     key = _run_key(cmd)
-    if record.exists():
-        saved = json.loads(record.read_text(encoding="utf-8"))
-        if saved.get("key") == key:
-            return {"result": saved["result"], "wall_seconds": saved["wall_seconds"], "reused": True}
+    reused = _reused(key, record)
+    if reused is not None:
+        return reused
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with open(out / "log.txt", "a", encoding="utf-8") as log:
@@ -228,6 +243,28 @@ def _fmt(values: list[float], digits: int = 2) -> str:
     return f"{mean:.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
+def _jobs(args: argparse.Namespace, runs_dir: Path) -> list[tuple[str, str, int, Path, list[str]]]:
+    """``(policy item, policy argument, seed, run folder, hba-augment train command)`` of every run, in
+    table order."""
+    jobs = []
+    for policy in args.policies:
+        for seed in args.seeds:
+            pol = _policy_arg(policy, args.hba)
+            run_out = runs_dir / f"{_slug(_label(policy, args.hba))}-seed{seed}"
+            cmd = [sys.executable, "-m", "hba_augment", "train", "--dataset", args.dataset, "--data-dir",
+                   str(args.data_dir), "--preset", args.preset, "--model", args.model, "--policy", pol,
+                   "--epochs", str(args.epochs), "--train-size", str(args.train_size), "--subset-seed",
+                   str(args.subset_seed), "--seed", str(seed), "--device", args.device, "--threads",
+                   str(args.threads), "--eval-every", "0", "--no-progress", "--resume", "--out", str(run_out)]
+            if args.test_size:
+                cmd += ["--test-size", str(args.test_size)]
+            if args.num_workers is not None:
+                cmd += ["--num-workers", str(args.num_workers)]
+            cmd += shlex.split(args.extra)
+            jobs.append((policy, pol, seed, run_out, cmd))
+    return jobs
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     argv = sys.argv[1:] if argv is None else argv
@@ -246,26 +283,21 @@ def main(argv: list[str] | None = None) -> int:
     # As .ci/run: glibc returns freed blocks to the OS eagerly, which slows the augmentation kernels.
     env.setdefault("MALLOC_MMAP_THRESHOLD_", "1000000000")
     env.setdefault("MALLOC_TRIM_THRESHOLD_", "1000000000")
-    jobs = []
-    for policy in args.policies:
-        for seed in args.seeds:
-            pol = _policy_arg(policy, args.hba)
-            run_out = runs_dir / f"{_slug(_label(policy, args.hba))}-seed{seed}"
-            cmd = [sys.executable, "-m", "hba_augment", "train", "--dataset", args.dataset, "--data-dir",
-                   str(args.data_dir), "--preset", args.preset, "--model", args.model, "--policy", pol,
-                   "--epochs", str(args.epochs), "--train-size", str(args.train_size), "--subset-seed",
-                   str(args.subset_seed), "--seed", str(seed), "--device", args.device, "--threads",
-                   str(args.threads), "--eval-every", "0", "--no-progress", "--resume", "--out", str(run_out)]
-            if args.test_size:
-                cmd += ["--test-size", str(args.test_size)]
-            if args.num_workers is not None:
-                cmd += ["--num-workers", str(args.num_workers)]
-            cmd += shlex.split(args.extra)
-            jobs.append((policy, pol, seed, run_out, cmd))
+    jobs = _jobs(args, runs_dir)
+
+    results: dict[tuple[str, int], dict[str, Any]] = {}
+    if args.report_only:
+        for policy, _, seed, run_out, cmd in jobs:
+            run = _reused(_run_key(cmd), records_dir / f"{run_out.name}.json")
+            if run is not None:
+                results[(policy, seed)] = {**run, "command": shlex.join(cmd)}
+        print(f"policy_quality --report-only: {len(results)} of {len(jobs)} runs done", flush=True)
+        if not results:
+            raise SystemExit(f"no finished run of these settings in {records_dir}")
+        return _report(args, argv, results, runs_dir, out, commit, dirty, started, machine, None)
 
     print(f"policy_quality: {len(jobs)} runs ({len(args.policies)} policies x {len(args.seeds)} seeds), "
           f"{args.jobs} at a time; runs in {runs_dir}", flush=True)
-    results: dict[tuple[str, int], dict[str, Any]] = {}
     bench_start = time.perf_counter()
     done = 0
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
@@ -283,11 +315,19 @@ def main(argv: list[str] | None = None) -> int:
             how += " (reused)" if run["reused"] else ""
             print(f"[{done}/{len(jobs)}] {pol} seed {seed}: test error {r['test_error']:.2f}% "
                   f"(loss {r['test_loss']:.4f}), {how}", flush=True)
-    total_wall = time.perf_counter() - bench_start
+    return _report(args, argv, results, runs_dir, out, commit, dirty, started, machine,
+                   time.perf_counter() - bench_start)
 
+
+def _report(args: argparse.Namespace, argv: list[str], results: dict[tuple[str, int], dict[str, Any]],
+            runs_dir: Path, out: Path, commit: str | None, dirty: bool, started: datetime.datetime,
+            machine: dict[str, Any], total_wall: float | None) -> int:
+    """Write ``policy_quality.md`` / ``.json`` from ``results`` (``(policy, seed) -> run``); a run missing
+    from it (``--report-only``: not done yet) is left out of its row's mean and marked in the table."""
     rows = []
     for policy in args.policies:
-        runs = [results[(policy, s)] for s in args.seeds]
+        seeds = [s for s in args.seeds if (policy, s) in results]
+        runs = [results[(policy, s)] for s in seeds]
         errors = [r["result"]["test_error"] for r in runs]
         losses = [r["result"]["test_loss"] for r in runs]
         walls = [r["wall_seconds"] for r in runs if r["wall_seconds"] is not None]
@@ -295,18 +335,20 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({
             "policy": _label(policy, args.hba),
             "policy_arg": _policy_arg(policy, args.hba),
-            "test_error_mean": statistics.fmean(errors),
+            "seeds": seeds,
+            "test_error_mean": statistics.fmean(errors) if errors else None,
             "test_error_std": statistics.stdev(errors) if len(errors) > 1 else None,
             "test_errors": errors,
-            "test_loss_mean": statistics.fmean(losses),
+            "test_loss_mean": statistics.fmean(losses) if losses else None,
             "run_wall_seconds": walls,
             "train_wall_seconds": train_walls,
             "runs": [{"seed": s, "command": r["command"], "test_error": r["result"]["test_error"],
                       "test_loss": r["result"]["test_loss"], "wall_seconds": r["wall_seconds"],
                       "reused": r["reused"], "out": str(runs_dir / f"{_slug(_label(policy, args.hba))}-seed{s}")}
-                     for s, r in zip(args.seeds, runs, strict=True)],
+                     for s, r in zip(seeds, runs, strict=True)],
         })
-    first = results[(args.policies[0], args.seeds[0])]["result"]
+    first = results.get((args.policies[0], args.seeds[0])) or next(iter(results.values()))
+    first = first["result"]
     cfg = first["config"]
     command = shlex.join(["python", "benchmarks/policy_quality.py", *argv])
     report = {
@@ -326,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
                      "threads": args.threads, "jobs": args.jobs, "device": args.device, "extra": args.extra,
                      "hba_schedule": args.hba if "hba" in args.policies else None},
         "total_wall_seconds": total_wall,
+        "runs_done": len(results),
+        "runs_planned": len(args.policies) * len(args.seeds),
         "rows": rows,
     }
     out.mkdir(parents=True, exist_ok=True)
@@ -358,19 +402,23 @@ def _markdown(report: dict[str, Any]) -> str:
         f"{s['lr_schedule']}, wd {s['wd']:g} ({s['preset']} preset); device {s['device']}, {s['threads']} torch "
         f"thread(s) per run, {s['jobs']} run(s) at a time" + (f"; extra options `{s['extra']}`" if s["extra"] else ""),
         f"- Seeds: {', '.join(map(str, s['seeds']))}; {what} error is the last epoch's, mean ± sample std over seeds",
-        f"- Total wall time: {report['total_wall_seconds'] / 60:.1f} min"
-        + (" (some runs were reused from an earlier invocation; their wall times are from it)" if reused else ""),
+        (f"- Total wall time: {report['total_wall_seconds'] / 60:.1f} min"
+         + (" (some runs were reused from an earlier invocation; their wall times are from it)" if reused else "")
+         if report["total_wall_seconds"] is not None else
+         f"- Report only (`--report-only`): built from the finished runs' records, {report['runs_done']} of "
+         f"{report['runs_planned']} runs done; a run not done yet is marked `-` and left out of its row's mean"),
         "",
         f"| Policy | {what.capitalize()} error (%) | Per seed (%) | {what.capitalize()} loss | Wall time per run (s), "
         "mean |",
         "|---|---|---|---|---|",
     ]
     for row in report["rows"]:
-        per_seed = ", ".join(f"{e:.2f}" for e in row["test_errors"])
+        by_seed = dict(zip(row["seeds"], row["test_errors"], strict=True))
+        per_seed = ", ".join(f"{by_seed[seed]:.2f}" if seed in by_seed else "-" for seed in s["seeds"])
         walls = row["run_wall_seconds"]
         wall = f"{statistics.fmean(walls):.0f}" if walls else "-"
-        lines.append(f"| {row['policy']} | {_fmt(row['test_errors'])} | {per_seed} | "
-                     f"{row['test_loss_mean']:.4f} | {wall} |")
+        loss = f"{row['test_loss_mean']:.4f}" if row["test_loss_mean"] is not None else "-"
+        lines.append(f"| {row['policy']} | {_fmt(row['test_errors'])} | {per_seed} | {loss} | {wall} |")
     labelled = [f"{row['policy']} = `{row['policy_arg']}`" for row in report["rows"]
                 if row.get("policy_arg", row["policy"]) != row["policy"]]
     if labelled:

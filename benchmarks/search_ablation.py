@@ -18,6 +18,7 @@ machine), a finished one leaves ``schedule.json`` there, and the evaluation is `
 
     python benchmarks/search_ablation.py --variants epochs-100,sigma-0.5 --seeds 0        # searches, then training
     python benchmarks/search_ablation.py --variants epochs-100 --searches-only              # only the searches
+    python benchmarks/search_ablation.py --variants epochs-100 --seeds 0,1 --report-only    # the table so far
     python benchmarks/search_ablation.py --list                                             # the variants
 """
 
@@ -71,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma-separated policies tested beside the variants, of {list(REFERENCES)} (default: "
                    "paper; each costs one training run per seed); empty for none")
     p.add_argument("--searches-only", action="store_true", help="run the searches, not the evaluation")
+    p.add_argument("--report-only", action="store_true",
+                   help="run nothing: the validation table of the finished runs (policy_quality.py --report-only)")
     p.add_argument("--jobs", type=int, default=1, help="evaluation runs at a time (searches run one at a time)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (searches/, val/)")
     p.add_argument("--list", action="store_true", help="print the variants and exit")
@@ -100,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise SystemExit(f"unknown reference(s) {unknown}; expected some of {list(REFERENCES)}")
     out = Path(args.out).resolve()
-    for variant in variants:
+    for variant in [] if args.report_only else variants:
         folder = out / "searches" / variant
         if (folder / "schedule.json").exists():
             print(f"search {variant}: done ({folder / 'schedule.json'})", flush=True)
@@ -120,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         "--subset-seed", "0", "--seeds", args.seeds, "--threads", "1", "--jobs", str(args.jobs),
         "--num-workers", "0", "--data-name", "CIFAR-10 (JPEG q75 copy), validation: 10,000 held-out train images",
         "--extra", "--eval-split val", "--policies", ",".join(policies), "--out", str(out / "val"),
+        *(["--report-only"] if args.report_only else []),
     ])
 
 

@@ -142,6 +142,40 @@ def test_run_records_are_reused_by_key_and_schedule_content(pq, tmp_path):
     assert run == {"result": {"test_error": 12.5}, "wall_seconds": 1.0, "reused": True}
 
 
+
+def test_report_only_tables_the_finished_runs_and_marks_the_rest(pq, tmp_path, capsys):
+    argv = ["--policies", "none,baseline", "--seeds", "0,1", "--epochs", "3", "--out", str(tmp_path)]
+    args = pq.build_parser().parse_args(argv)
+    config = {"batch_size": 128, "lr": 0.1, "lr_schedule": "cosine", "wd": 5e-4, "package_version": "x",
+              "torchvision_version": "y"}
+    errors = {("none", 0): 40.0, ("none", 1): 42.0, ("baseline", 1): 30.0}  # baseline seed 0 not done yet
+    for policy, _, seed, run_out, cmd in pq._jobs(args, tmp_path / "runs"):
+        if (policy, seed) in errors:
+            result = {"test_error": errors[(policy, seed)], "test_loss": 1.0, "wall_seconds": 9.0, "config": config,
+                      "train_images": 10000, "test_images": 10000}
+            record = tmp_path / "results" / f"{run_out.name}.json"
+            record.parent.mkdir(exist_ok=True)
+            record.write_text(json.dumps({"key": pq._run_key(cmd), "wall_seconds": 9.0, "result": result}))
+    # A record of other settings is not this table's run.
+    (tmp_path / "results" / "baseline-seed0.json").write_text(json.dumps({"key": ["other"], "result": {}}))
+
+    assert pq.main([*argv, "--report-only"]) == 0
+    assert not (tmp_path / "runs").exists()  # nothing was trained
+    report = json.loads((tmp_path / "policy_quality.json").read_text())
+    assert (report["runs_done"], report["runs_planned"]) == (3, 4)
+    rows = {row["policy"]: row for row in report["rows"]}
+    assert rows["none"]["test_error_mean"] == 41.0 and rows["none"]["seeds"] == [0, 1]
+    assert rows["baseline"]["test_errors"] == [30.0] and rows["baseline"]["seeds"] == [1]
+    table = (tmp_path / "policy_quality.md").read_text()
+    assert "| none | 41.00 ± 1.41 | 40.00, 42.00 |" in table
+    assert "| baseline | 30.00 | -, 30.00 |" in table
+    assert "3 of 4 runs done" in table
+
+    for record in (tmp_path / "results").iterdir():
+        record.unlink()
+    with pytest.raises(SystemExit, match="no finished run"):
+        pq.main([*argv, "--report-only"])
+
 # ------------------------------------------------------------------------------ search_ablation.py
 SEARCH_KEYS = ("model", "strategy", "epochs", "train_images", "val_images", "batch_size", "lr", "lr_schedule",
                "wd", "hparam_lr", "sigma", "t_train", "t_val", "val_bn", "init", "seed", "preset", "dataset")
