@@ -347,8 +347,7 @@ def _report(args: argparse.Namespace, argv: list[str], results: dict[tuple[str, 
                       "reused": r["reused"], "out": str(runs_dir / f"{_slug(_label(policy, args.hba))}-seed{s}")}
                      for s, r in zip(seeds, runs, strict=True)],
         })
-    first = results.get((args.policies[0], args.seeds[0])) or next(iter(results.values()))
-    first = first["result"]
+    first = (results.get((args.policies[0], args.seeds[0])) or next(iter(results.values())))["result"]
     cfg = first["config"]
     command = shlex.join(["python", "benchmarks/policy_quality.py", *argv])
     report = {

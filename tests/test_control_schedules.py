@@ -142,8 +142,7 @@ def test_run_records_are_reused_by_key_and_schedule_content(pq, tmp_path):
     assert run == {"result": {"test_error": 12.5}, "wall_seconds": 1.0, "reused": True}
 
 
-
-def test_report_only_tables_the_finished_runs_and_marks_the_rest(pq, tmp_path, capsys):
+def test_report_only_tables_the_finished_runs_and_marks_the_rest(pq, tmp_path):
     argv = ["--policies", "none,baseline", "--seeds", "0,1", "--epochs", "3", "--out", str(tmp_path)]
     args = pq.build_parser().parse_args(argv)
     config = {"batch_size": 128, "lr": 0.1, "lr_schedule": "cosine", "wd": 5e-4, "package_version": "x",
