@@ -117,9 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.searches_only:
         return 0
     if args.report_only:  # a search not finished yet has no schedule to table
-        for v in [v for v in variants if not (out / "searches" / v / "schedule.json").exists()]:
-            print(f"search {v}: not finished, left out of the table", flush=True)
-            variants.remove(v)
+        unfinished = [v for v in variants if not (out / "searches" / v / "schedule.json").exists()]
+        if unfinished:
+            print(f"searches not finished, left out of the table: {unfinished}", flush=True)
+        variants = [v for v in variants if v not in unfinished]
     policies = [REFERENCES[r] for r in references] + [
         f"{v}=hba:{(out / 'searches' / v / 'schedule.json').relative_to(REPO)}" for v in variants]
     return policy_quality.main([

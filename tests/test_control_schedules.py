@@ -175,6 +175,7 @@ def test_report_only_tables_the_finished_runs_and_marks_the_rest(pq, tmp_path):
     with pytest.raises(SystemExit, match="no finished run"):
         pq.main([*argv, "--report-only"])
 
+
 # ------------------------------------------------------------------------------ search_ablation.py
 SEARCH_KEYS = ("model", "strategy", "epochs", "train_images", "val_images", "batch_size", "lr", "lr_schedule",
                "wd", "hparam_lr", "sigma", "t_train", "t_val", "val_bn", "init", "seed", "preset", "dataset")
