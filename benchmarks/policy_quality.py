@@ -279,10 +279,6 @@ def main(argv: list[str] | None = None) -> int:
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
     machine = _machine()
 
-    env = dict(os.environ)
-    # As .ci/run: glibc returns freed blocks to the OS eagerly, which slows the augmentation kernels.
-    env.setdefault("MALLOC_MMAP_THRESHOLD_", "1000000000")
-    env.setdefault("MALLOC_TRIM_THRESHOLD_", "1000000000")
     jobs = _jobs(args, runs_dir)
 
     results: dict[tuple[str, int], dict[str, Any]] = {}
@@ -296,6 +292,10 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"no finished run of these settings in {records_dir}")
         return _report(args, argv, results, runs_dir, out, commit, dirty, started, machine, None)
 
+    env = dict(os.environ)
+    # As .ci/run: glibc returns freed blocks to the OS eagerly, which slows the augmentation kernels.
+    env.setdefault("MALLOC_MMAP_THRESHOLD_", "1000000000")
+    env.setdefault("MALLOC_TRIM_THRESHOLD_", "1000000000")
     print(f"policy_quality: {len(jobs)} runs ({len(args.policies)} policies x {len(args.seeds)} seeds), "
           f"{args.jobs} at a time; runs in {runs_dir}", flush=True)
     bench_start = time.perf_counter()
