@@ -37,7 +37,9 @@ import policy_quality  # noqa: E402  (a sibling script, not a package)
 
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "cifar-10-jpeg.tar.gz"
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "ablations"
-PBA = "benchmarks/results/reduced_cifar10/schedules/pba.json"
+#: The comparison's peer and control schedules (``control_schedules.py``), relative to the repository.
+SCHEDULES = "benchmarks/results/reduced_cifar10/schedules"
+PBA = f"{SCHEDULES}/pba.json"
 
 #: The shipped search's settings are the paper's (lr 0.05 cosine, wd 0.005, hparam lr 0.03, sigma 1,
 #: T_train 2, T_val 1, first-bn, 200 epochs) and batch norm on the validation batch's statistics in the
@@ -56,9 +58,11 @@ VARIANTS: dict[str, list[str]] = {
     "t-val-2": ["--t-val", "2"],
 }
 #: Policies that can be tested on the validation split beside the variants (``paper``: the shipped schedule,
-#: the search every variant changes one setting of).
+#: the search every variant changes one setting of; ``initial`` / ``last`` / ``shuffled``: the comparison's
+#: controls of it, so that what they show on the test split can be checked on validation data).
 REFERENCES = {"paper": "paper=hba:cifar10", "baseline": "baseline", "autoaugment": "autoaugment",
-              "randaugment": "randaugment", "trivialaugment": "trivialaugment", "pba": f"pba=hba:{PBA}"}
+              "randaugment": "randaugment", "trivialaugment": "trivialaugment", "pba": f"pba=hba:{PBA}",
+              **{c: f"{c}=hba:{SCHEDULES}/{c}.json" for c in ("initial", "last", "shuffled")}}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -210,6 +210,19 @@ def test_every_ablation_changes_exactly_its_setting_of_the_shipped_search():
         sys.modules.pop("policy_quality", None)
 
 
+def test_every_ablation_reference_is_a_policy_that_exists():
+    ablation = _load("search_ablation")
+    try:
+        for name, item in ablation.REFERENCES.items():
+            label, _, policy = item.rpartition("=")
+            assert label in ("", name), (name, item)
+            if policy.startswith("hba:") and policy.endswith(".json"):
+                Schedule.load(ablation.REPO / policy[4:])  # raises if missing or not a schedule
+    finally:
+        sys.modules.pop("search_ablation", None)
+        sys.modules.pop("policy_quality", None)
+
+
 # ------------------------------------------------------------------------ augmentation_strength.py
 def test_strength_measure_on_known_transforms(cifar_images):
     strength = _load("augmentation_strength")
