@@ -210,14 +210,15 @@ def test_every_ablation_changes_exactly_its_setting_of_the_shipped_search():
         sys.modules.pop("policy_quality", None)
 
 
-def test_every_ablation_reference_is_a_policy_that_exists():
+def test_every_ablation_reference_is_a_policy_that_exists(monkeypatch):
     ablation = _load("search_ablation")
+    pq = ablation.policy_quality
     try:
+        monkeypatch.chdir(ablation.REPO)  # the references' schedule paths are relative to the repository
         for name, item in ablation.REFERENCES.items():
-            label, _, policy = item.rpartition("=")
-            assert label in ("", name), (name, item)
-            if policy.startswith("hba:") and policy.endswith(".json"):
-                Schedule.load(ablation.REPO / policy[4:])  # raises if missing or not a schedule
+            assert pq._label(item, "cifar10") == name, (name, item)
+            if pq._base_policy(item) == "hba":
+                pq._check_hba(pq._policy_arg(item, "cifar10")[4:])  # SystemExit if it cannot load
     finally:
         sys.modules.pop("search_ablation", None)
         sys.modules.pop("policy_quality", None)
