@@ -215,6 +215,10 @@ def _run_one(cmd: list[str], out: Path, record: Path, env: dict[str, str], label
     if reused is not None:
         return reused
     out.mkdir(parents=True, exist_ok=True)
+    # The code the run starts from, read now: later commits in the same invocation do not change it. Only the
+    # package counts as modified; result files and notes being edited alongside do not change a run.
+    code = {"commit": _git("rev-parse", "HEAD"),
+            "package_modified": bool(_git("status", "--porcelain", "--untracked-files=no", "--", "hba_augment"))}
     start = time.perf_counter()
     with open(out / "log.txt", "a", encoding="utf-8") as log:
         log.write(f"$ {shlex.join(cmd)}\n")
@@ -227,7 +231,7 @@ def _run_one(cmd: list[str], out: Path, record: Path, env: dict[str, str], label
     result = json.loads((out / "result.json").read_text(encoding="utf-8"))
     record.parent.mkdir(parents=True, exist_ok=True)
     # Resumed runs count only this invocation's wall time; the trainer's own wall_seconds covers all.
-    text = json.dumps({"key": key, "wall_seconds": wall, "result": result}, indent=1) + "\n"
+    text = json.dumps({"key": key, "wall_seconds": wall, "code": code, "result": result}, indent=1) + "\n"
     tmp = record.with_suffix(".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, record)

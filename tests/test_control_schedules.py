@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -140,6 +141,22 @@ def test_run_records_are_reused_by_key_and_schedule_content(pq, tmp_path):
     record.write_text(json.dumps({"key": pq._run_key(cmd), "wall_seconds": 1.0, "result": {"test_error": 12.5}}))
     run = pq._run_one(cmd, tmp_path / "run", record, {}, "label")  # reused: nothing is launched
     assert run == {"result": {"test_error": 12.5}, "wall_seconds": 1.0, "reused": True}
+
+
+def test_a_new_run_record_names_the_commit_it_started_from(pq, tmp_path):
+    # A stand-in trainer: writes the result file where --out says, as `hba-augment train` does.
+    trainer = ("import json, pathlib, sys; out = pathlib.Path(sys.argv[sys.argv.index('--out') + 1]); "
+               "(out / 'result.json').write_text(json.dumps({'test_error': 7.5}))")
+    cmd = [sys.executable, "-c", trainer, "--policy", "none", "--seed", "0", "--out", str(tmp_path / "run")]
+    record = tmp_path / "results" / "none-seed0.json"
+    run = pq._run_one(cmd, tmp_path / "run", record, dict(os.environ), "none seed 0")
+    assert run["result"] == {"test_error": 7.5} and not run["reused"]
+    saved = json.loads(record.read_text())
+    assert saved["key"] == pq._run_key(cmd)
+    assert saved["code"]["commit"] == pq._git("rev-parse", "HEAD")
+    assert saved["code"]["commit"] is None or len(saved["code"]["commit"]) == 40
+    assert isinstance(saved["code"]["package_modified"], bool)
+    assert pq._run_one(cmd, tmp_path / "run", record, {}, "none seed 0")["reused"]  # the record is reused
 
 
 def test_report_only_tables_the_finished_runs_and_marks_the_rest(pq, tmp_path):

@@ -68,6 +68,7 @@ def test_two_epoch_search_on_real_cifar10(data_dir: Path, cifar, tmp_path: Path)
     for m in metrics:
         assert {"train_loss", "train_acc", "val_loss", "val_acc", "lr", "epoch_seconds", "mean_prob"} <= set(m)
         assert math.isfinite(m["train_loss"]) and 0 <= m["val_acc"] <= 1
+        assert m["hypergrad_abs_t_mean"] >= 0 and 0 <= m["hypergrad_t_over_2_fraction"] <= 1
     assert metrics[1]["lr"] < metrics[0]["lr"] < config.lr  # cosine, set per step
     assert (tmp_path / "schedule.png").read_bytes()[:8] == PNG_MAGIC
     assert (tmp_path / "checkpoint.pt").is_file()
@@ -159,6 +160,10 @@ def test_steps_update_what_they_should(cifar):
     assert all(torch.equal(w1[k], w2[k]) for k in w1)
     # ... and moves lambda (phi_V is no longer zero after one training step).
     assert not torch.equal(search.hparams, lam0)
+    # Its gradient is counted for the epoch's consistency metric: one step, so the sum of squares is the
+    # square of the sum, and the gradient is not zero.
+    assert search.hgrad_steps == 1 and search.hgrad_moments[0].abs().sum() > 0
+    torch.testing.assert_close(search.hgrad_moments[1], search.hgrad_moments[0] ** 2)
     assert int(acc["train_n"]) == 32 and int(acc["val_n"]) == 32
 
 
@@ -197,6 +202,30 @@ def test_a_checkpoint_from_before_val_bn_and_init_resumes_with_their_old_values(
     assert (provenance["val_bn"], provenance["init"]) == ("batch", "paper")
     with pytest.raises(ValueError, match="val_bn: checkpoint 'batch' vs now 'running'"):
         run_search(_config(epochs=1, val_bn="running"), tmp_path, resume=True, **quiet)
+
+
+def _moments(grads: torch.Tensor) -> torch.Tensor:
+    return torch.stack([grads.sum(0), (grads * grads).sum(0)])
+
+
+def test_hypergradient_consistency_tells_noise_from_signal():
+    g = torch.Generator().manual_seed(0)
+    noise = torch.randn(16, 4000, generator=g, dtype=torch.float64)
+    abs_t, frac = loop.hypergradient_consistency(_moments(noise), 16)
+    # Student's t with 15 degrees of freedom: E|t| = 0.82, P(|t| > 2) = 0.064.
+    assert abs_t == pytest.approx(0.82, abs=0.03) and frac == pytest.approx(0.064, abs=0.015)
+    signal = noise * 0.1 + 1.0  # every hyperparameter pushed the same way every step
+    abs_t, frac = loop.hypergradient_consistency(_moments(signal), 16)
+    assert abs_t > 30 and frac == 1.0
+    # Half the hyperparameters pushed, half noise.
+    mixed = torch.cat([signal[:, :2000], noise[:, 2000:]], dim=1)
+    assert loop.hypergradient_consistency(_moments(mixed), 16)[1] == pytest.approx(0.5 + 0.032, abs=0.01)
+    # A gradient that never varies is finite, and the scale of the gradients does not matter.
+    const = torch.full((5, 3), 0.25, dtype=torch.float64)
+    assert math.isfinite(loop.hypergradient_consistency(_moments(const), 5)[0])
+    assert loop.hypergradient_consistency(_moments(mixed * 1e-6), 16) == pytest.approx(
+        loop.hypergradient_consistency(_moments(mixed), 16))
+    assert all(math.isnan(v) for v in loop.hypergradient_consistency(_moments(noise[:1]), 1))
 
 
 def test_lr_schedules():
