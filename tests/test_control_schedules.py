@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -255,3 +256,50 @@ def test_strength_measure_on_known_transforms(cifar_images):
             strength._transform("mixup", 100)
     finally:
         sys.modules.pop("augmentation_strength", None)
+
+
+# ------------------------------------------------------------------------------ hypergradient signal
+@pytest.fixture(scope="module")
+def hs():
+    yield _load("hypergradient_signal")
+    sys.modules.pop("hypergradient_signal", None)
+
+
+def _metrics_file(path: Path, grads: np.ndarray) -> Path:
+    path.write_text("".join(json.dumps({"epoch": e, "hypergrad_mean": g.tolist()}) + "\n"
+                            for e, g in enumerate(grads)))
+    return path
+
+
+def test_hypergradient_signal_tells_a_random_walk_from_a_push(hs, tmp_path):
+    rng = np.random.default_rng(0)
+    noise = rng.standard_normal((400, 54))
+    windows = hs.window_statistics(hs.load_gradients(_metrics_file(tmp_path / "noise.jsonl", noise)), 20)
+    assert len(windows) == 20 and windows[0]["first_epoch"] == 0 and windows[-1]["last_epoch"] == 399
+    assert math.isnan(windows[0]["sign_kept"])
+    # Noise: P(|t| > 2) = 0.06 with 19 degrees of freedom, and a sign kept half of the time.
+    assert np.mean([w["t_over_2_fraction"] for w in windows]) == pytest.approx(0.06, abs=0.02)
+    assert np.mean([w["sign_kept"] for w in windows[1:]]) == pytest.approx(0.5, abs=0.05)
+    # A push of a fifth of the noise on half the hyperparameters, steady over the run: each window of 20
+    # barely sees it, the whole run does, and its sign lasts.
+    push = noise + np.where(np.arange(54) < 27, -0.2, 0.0)
+    g = hs.load_gradients(_metrics_file(tmp_path / "push.jsonl", push))
+    t = hs.whole_run_t(g)
+    assert (t[:27] < -2).mean() > 0.9 and (np.abs(t[27:]) > 2).mean() < 0.15
+    # P(a window's pushed mean is negative) = Phi(0.2 sqrt(20)) = 0.82, so a pushed sign is kept with
+    # 0.82^2 + 0.18^2 = 0.70, and all 54 with (0.70 + 0.5) / 2 = 0.60 against noise's 0.5.
+    kept = np.mean([w["sign_kept"] for w in hs.window_statistics(g, 20)[1:]])
+    assert kept == pytest.approx(0.60, abs=0.04)
+    text = hs.report(tmp_path / "push.jsonl", 20)
+    assert "| 0-19 |" in text and "prob[0]." in text
+
+
+def test_hypergradient_signal_rejects_metrics_without_the_gradients(hs, tmp_path):
+    old = tmp_path / "old.jsonl"
+    old.write_text(json.dumps({"epoch": 0, "val_acc": 0.5}) + "\n")
+    with pytest.raises(ValueError, match=r"old\.jsonl:1: no hypergrad_mean"):
+        hs.load_gradients(old)
+    with pytest.raises(ValueError, match="window must be at least 2"):
+        hs.window_statistics(np.zeros((4, 54)), 1)
+    with pytest.raises(SystemExit, match="no hypergrad_mean"):
+        hs.main([str(old)])

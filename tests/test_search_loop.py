@@ -69,6 +69,7 @@ def test_two_epoch_search_on_real_cifar10(data_dir: Path, cifar, tmp_path: Path)
         assert {"train_loss", "train_acc", "val_loss", "val_acc", "lr", "epoch_seconds", "mean_prob"} <= set(m)
         assert math.isfinite(m["train_loss"]) and 0 <= m["val_acc"] <= 1
         assert m["hypergrad_abs_t_mean"] >= 0 and 0 <= m["hypergrad_t_over_2_fraction"] <= 1
+        assert len(m["hypergrad_mean"]) == NUM_HPARAMS and all(map(math.isfinite, m["hypergrad_mean"]))
     assert metrics[1]["lr"] < metrics[0]["lr"] < config.lr  # cosine, set per step
     assert (tmp_path / "schedule.png").read_bytes()[:8] == PNG_MAGIC
     assert (tmp_path / "checkpoint.pt").is_file()

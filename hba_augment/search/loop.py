@@ -40,7 +40,9 @@ Whether ``lambda`` follows a signal or a random walk is measured, not assumed: e
 for each hyperparameter, the t statistic of its ``t_val`` gradients over the epoch (their mean over their
 standard error, :func:`hypergradient_consistency`). Adam moves ``lambda`` by about its learning rate per
 step even when the gradients are pure noise; with ``k`` steps of zero-mean noise, ``|t| > 2`` holds for
-about 5-7% of the hyperparameters (the t distribution's tail with ``k - 1`` degrees of freedom).
+about 5-7% of the hyperparameters (the t distribution's tail with ``k - 1`` degrees of freedom). Each
+hyperparameter's mean gradient of the epoch is logged too, so that epochs can be pooled: a push too small
+to show in one epoch's 16 steps adds up over a search's 200 epochs.
 """
 
 from __future__ import annotations
@@ -577,6 +579,8 @@ class _Search:
             "lambda_mean_mag_logit": float(lam[NUM_PROB_HPARAMS:].mean()),
             "hypergrad_abs_t_mean": t_abs,
             "hypergrad_t_over_2_fraction": t_frac,
+            # Per hyperparameter: lets an analysis pool epochs, where a small steady push adds up.
+            "hypergrad_mean": (self.hgrad_moments[0].double().cpu() / max(self.hgrad_steps, 1)).tolist(),
             "train_steps": self.step,
             "epoch_seconds": seconds,
             "train_images_per_second": m["train_n"] / seconds,
