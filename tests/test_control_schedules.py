@@ -294,6 +294,21 @@ def test_hypergradient_signal_tells_a_random_walk_from_a_push(hs, tmp_path):
     assert "| 0-19 |" in text and "prob[0]." in text
 
 
+def test_hypergradient_signal_compares_the_two_copies_of_each_op(hs):
+    rng = np.random.default_rng(1)
+    prob, mag = rng.standard_normal(15), rng.standard_normal(12)
+    same = np.concatenate([prob, prob, mag, mag])
+    assert hs.copy_agreement(same) == pytest.approx((1.0, 1.0))
+    assert hs.copy_agreement(np.concatenate([prob, -prob, mag, -mag])) == pytest.approx((-1.0, -1.0))
+    # Both copies of each probability pushed down (positive gradients) the same way, epoch by epoch; the
+    # magnitudes' copies independent.
+    p_epochs = prob + 3 + rng.standard_normal((20, 15))
+    g = np.concatenate([p_epochs, p_epochs, rng.standard_normal((20, 24))], axis=1)
+    row = hs.window_statistics(g, 20)[0]
+    assert row["prob_t_mean"] > 5 and row["prob_copies_agree"] == pytest.approx(1.0)
+    assert abs(row["mag_copies_agree"]) < 0.8
+
+
 def test_hypergradient_signal_rejects_metrics_without_the_gradients(hs, tmp_path):
     old = tmp_path / "old.jsonl"
     old.write_text(json.dumps({"epoch": 0, "val_acc": 0.5}) + "\n")
