@@ -351,8 +351,10 @@ class _Search:
         self.prob_history: list[Tensor] = []
         self.mag_history: list[Tensor] = []
         self.metrics: list[dict[str, Any]] = []
-        # This epoch's sums of the hyperparameter gradients and their squares (kept on the device: no sync).
-        self.hgrad_moments = torch.zeros(2, NUM_HPARAMS, device=self.device)
+        # This epoch's sums of the hyperparameter gradients and their squares, kept on the device (no sync) in
+        # float64: the variance is a difference of two sums over up to thousands of steps (MPS has no float64).
+        self.hgrad_moments = torch.zeros(2, NUM_HPARAMS, device=self.device,
+                                         dtype=torch.float32 if self.device.type == "mps" else torch.float64)
         self.hgrad_steps = 0
         self.wall_seconds = 0.0
         self.sessions = 1
@@ -497,8 +499,9 @@ class _Search:
         self.hopt.step()
         self.hparams.grad = None
         with torch.no_grad():
-            self.hgrad_moments[0] += grad
-            self.hgrad_moments[1] += grad * grad
+            g = grad.to(self.hgrad_moments.dtype)
+            self.hgrad_moments[0] += g
+            self.hgrad_moments[1] += g * g
             self.hgrad_steps += 1
             acc["val_loss"] += loss_sum.detach()
             acc["val_correct"] += (logits.argmax(1) == y).sum()
