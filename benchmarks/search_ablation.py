@@ -47,6 +47,7 @@ PBA = f"{SCHEDULES}/pba.json"
 VARIANTS: dict[str, list[str]] = {
     "val-bn-running": ["--val-bn", "running"],
     "init-identity": ["--init", "identity"],
+    "hyper-input-applied": ["--hyper-input", "applied"],
     "epochs-100": ["--epochs", "100"],
     "sigma-0.5": ["--sigma", "0.5"],
     "sigma-2": ["--sigma", "2"],

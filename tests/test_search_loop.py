@@ -12,9 +12,11 @@ import torch
 import torch.nn.functional as F
 
 from hba_augment.datasets import load_dataset, reduced_split
+from hba_augment.functional import MAGNITUDE_OPS
 from hba_augment.schedule import Schedule
 from hba_augment.search import loop
-from hba_augment.search.hparams import NUM_HPARAMS, hparams_to_policy
+from hba_augment.search.hparams import NUM_HPARAMS, NUM_PROB_HPARAMS, hparams_to_policy
+from hba_augment.search.hyper_input import expected_applied_input
 from hba_augment.search.loop import (
     PRESETS,
     SearchConfig,
@@ -197,12 +199,38 @@ def test_a_checkpoint_from_before_val_bn_and_init_resumes_with_their_old_values(
     quiet = {"progress": False, "log": lambda m: None, "plot": False, "data": data}
     run_search(_config(epochs=1), tmp_path, **quiet)
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
-    del state["config"]["val_bn"], state["config"]["init"]  # as written before the fields existed
+    for name in ("val_bn", "init", "hyper_input"):  # as written before the fields existed
+        del state["config"][name]
     torch.save(state, tmp_path / "checkpoint.pt")
     provenance = run_search(_config(epochs=1), tmp_path, resume=True, **quiet).schedule.provenance
-    assert (provenance["val_bn"], provenance["init"]) == ("batch", "paper")
+    assert (provenance["val_bn"], provenance["init"], provenance["hyper_input"]) == ("batch", "paper", "hparams")
+    with pytest.raises(ValueError, match="hyper_input: checkpoint 'hparams' vs now 'applied'"):
+        run_search(_config(epochs=1, hyper_input="applied"), tmp_path, resume=True, **quiet)
     with pytest.raises(ValueError, match="val_bn: checkpoint 'batch' vs now 'running'"):
         run_search(_config(epochs=1, val_bn="running"), tmp_path, resume=True, **quiet)
+
+
+def test_applied_hyper_input_conditions_both_steps(cifar):
+    # Training: the network sees which slots each image applied and, where it applied a magnitude slot, the
+    # fraction of the range its lambda_i gave; the lambda step: the expectation of that under lambda.
+    train, val = _tiny(cifar)
+    search = loop._Search(_config(hyper_input="applied"), train, val, log=lambda m: None)
+    with torch.no_grad():
+        search.hparams.add_(2.5)  # probabilities near 0.4: most images apply a slot or two
+    seen = []
+    search.hm.register_forward_pre_hook(lambda module, args: seen.append(args[1].detach().clone()))
+    noise = torch.Generator().set_state(search.g_noise.get_state())
+    acc = {k: torch.zeros(()) for k in ("train_loss", "train_correct", "train_n", "val_loss", "val_correct", "val_n")}
+    lam = search.hparams.detach().clone()
+    search.train_step(torch.arange(32), acc)
+    lam_i = lam + search.config.sigma * torch.randn(32, NUM_HPARAMS, generator=noise)
+    fired, mags = seen[0][:, :NUM_PROB_HPARAMS], seen[0][:, NUM_PROB_HPARAMS:]
+    assert set(fired.unique().tolist()) == {0.0, 1.0} and int(fired.sum(1).max()) <= 2 and fired.sum() > 16
+    slots = torch.tensor([c * 15 + k for c in range(2) for k in MAGNITUDE_OPS])
+    torch.testing.assert_close(mags, fired[:, slots] * torch.sigmoid(lam_i[:, NUM_PROB_HPARAMS:]))
+    search.val_step(acc)
+    torch.testing.assert_close(seen[1], expected_applied_input(lam, search.config.count_probs))
+    assert not torch.equal(search.hparams, lam)
 
 
 def _moments(grads: torch.Tensor) -> torch.Tensor:
@@ -269,6 +297,7 @@ def test_presets_follow_the_paper():
     ({"batch_size": True}, "batch_size"),
     ({"val_bn": "eval"}, "val_bn must be one of \\['batch', 'running'\\], got 'eval'"),
     ({"init": "zero"}, "init must be one of \\['paper', 'identity'\\], got 'zero'"),
+    ({"hyper_input": "lambda"}, "hyper_input must be one of \\['hparams', 'applied'\\], got 'lambda'"),
 ])
 def test_bad_config(overrides, match):
     with pytest.raises(ValueError, match=match):

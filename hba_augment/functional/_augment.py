@@ -251,7 +251,8 @@ def augment(
     generator: torch.Generator | None = None,
     frames: int = 1,
     return_matrices: bool = False,
-) -> Tensor | tuple[Tensor, Tensor]:
+    return_applied: bool = False,
+) -> Tensor | tuple[Tensor, Tensor] | tuple[Tensor, Tensor, Tensor]:
     """Augment every image independently with PBA's template (SPEC section 2).
 
     For each image: draw ``K ~ Categorical(count_probs)``, visit the 30 slots (15 ops x 2 copies) in a
@@ -274,11 +275,15 @@ def augment(
             Per-image ``prob`` and ``mag`` then have one row per video.
         return_matrices: also return, per image, the composition of the geometric ops it went through
             (PIL AFFINE data, composed in order), to move its boxes, masks or key points with it.
+        return_applied: also return which slots each image applied (what the search's hyper-layers can be
+            conditioned on: ``hba-augment search --hyper-input applied``).
 
     Returns:
         A new tensor with the dtype, shape and device of ``images``; with ``return_matrices``, also the
         ``(B, 2, 3)`` float64 PIL AFFINE data (output point -> input point) of each image (for a
         ``(C, H, W)`` image, ``(1, 2, 3)``), on the images' device; the identity where no geometric op ran.
+        With ``return_applied``, last, a ``(B, 2, 15)`` bool tensor (``(1, 2, 15)`` for one image), true
+        where the image applied that slot (copy, op); at most ``len(count_probs) - 1`` per image.
 
     Raises:
         ValueError: bad shapes, probabilities outside [0, 1], magnitudes outside their op's range, bad
@@ -299,12 +304,13 @@ def augment(
     if frames > 1:
         ctx = ctx._replace(frames=frames)
     geometry = _Geometry(batch.shape[-2], batch.shape[-1], device) if return_matrices else None
+    applied = _Applied(device) if return_applied else None
     if b == 0 or steps == 0 or batch.shape[-2] * batch.shape[-1] == 0:
         out = images.clone()  # no images, or images without pixels: unchanged, as in torchvision
     elif b == 1:
-        out = _augment_one(images, batch, unbatched, policy, edge_values, ctx, geometry)
+        out = _augment_one(images, batch, unbatched, policy, edge_values, ctx, geometry, applied)
     elif _chunk_size(batch) >= b:
-        out = _augment_batch(batch, policy, edges, ctx, geometry=geometry)
+        out = _augment_batch(batch, policy, edges, ctx, geometry=geometry, applied=applied)
     else:
         # Large CPU batches, in parts (whole videos) that stay in the CPU's caches (each part draws its
         # own template), each written into its rows of the result.
@@ -314,10 +320,9 @@ def augment(
             rows = slice(start, start + chunk)
             draws = slice(start // frames, (start + chunk) // frames)
             part = policy if policy.prob.shape[0] == 1 else _Policy(policy.prob[draws], policy.table[draws])
-            _augment_batch(batch[rows], part, edges, ctx, out[rows], geometry)
-    if geometry is None:
-        return out
-    return out, geometry.result(b)
+            _augment_batch(batch[rows], part, edges, ctx, out[rows], geometry, applied)
+    extra = tuple(x.result(b) for x in (geometry, applied) if x is not None)
+    return (out, *extra) if extra else out
 
 
 #: A single image with fewer pixels takes fixed-table ops as lookups (see _augment_one).
@@ -346,10 +351,12 @@ def _augment_batch(
     ctx: KernelContext,
     out: Tensor | None = None,
     geometry: _Geometry | None = None,
+    applied: _Applied | None = None,
 ) -> Tensor:
     """:func:`augment` for a ``(B, C, H, W)`` batch (a part of one may hold a single image); the result in a
     new tensor, or written into ``out`` (contiguous, the batch's shape and dtype), which uint8 images are
-    then augmented in. ``geometry`` collects the batch's composed geometric matrices."""
+    then augmented in. ``geometry`` collects the batch's composed geometric matrices, ``applied`` the slots
+    its images applied."""
     b, _, h, w = batch.shape
     steps = len(edges)
     code, magnitude = _sample(policy, edges, steps, b // ctx.frames, ctx.generator)
@@ -357,6 +364,8 @@ def _augment_batch(
         code, magnitude = code.repeat_interleave(ctx.frames, 0), magnitude.repeat_interleave(ctx.frames, 0)
     if geometry is not None:
         geometry.add_batch(code, magnitude)
+    if applied is not None:
+        applied.add_batch(code)
     # Group the images of each step by op. The one host synchronisation: which ops are drawn, and how
     # many images draw each.
     group = torch.take(_constants(batch.device)[1], code)  # (B, steps)
@@ -410,12 +419,15 @@ def _augment_one(
     edges: tuple[float, ...],
     ctx: KernelContext,
     geometry: _Geometry | None = None,
+    applied: _Applied | None = None,
 ) -> Tensor:
     """:func:`augment` for a single image (``batch`` is ``(1, C, H, W)``), the per-image transform's case:
     :func:`_draw_one`, then :func:`_apply_drawn`."""
     entries = _draw_one(policy, edges, ctx.generator, batch.device)
     if geometry is not None:
         geometry.add_entries(policy, entries)
+    if applied is not None:
+        applied.add_entries(entries)
     if not entries:
         return images.clone()
     return _apply_drawn(images, batch, unbatched, policy, entries, ctx)
@@ -571,6 +583,34 @@ class _Geometry:
         if not self.parts:
             return torch.eye(2, 3, dtype=torch.float64, device=self.device).expand(b, 2, 3).clone()
         return torch.cat(self.parts) if len(self.parts) > 1 else self.parts[0]
+
+
+class _Applied:
+    """Collects, per image, the slots :func:`augment` applies to it, from the drawn codes on the device
+    (no host synchronisation)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.parts: list[Tensor] = []
+
+    def add_batch(self, code: Tensor) -> None:
+        """Add the images of a ``(B, steps)`` ``code`` draw (see :func:`_sample`)."""
+        # A template's slots are distinct (a top-k of the slots), so the scatter writes each place once.
+        slot = code.remainder(_TABLE).remainder(_SLOTS)
+        mask = torch.zeros(code.shape[0], _SLOTS, dtype=torch.bool, device=code.device)
+        self.parts.append(mask.scatter_(1, slot, code >= _TABLE))
+
+    def add_entries(self, entries: list[int]) -> None:
+        """Add one image from :func:`_draw_one`'s ``entries``."""
+        mask = torch.zeros(1, _SLOTS, dtype=torch.bool)
+        mask[0, [entry % _SLOTS for entry in entries]] = True
+        self.parts.append(mask.to(self.device))
+
+    def result(self, b: int) -> Tensor:
+        """``(B, 2, 15)``, all false for images never added (no op drawn)."""
+        if not self.parts:
+            return torch.zeros(b, NUM_COPIES, NUM_OPS, dtype=torch.bool, device=self.device)
+        return torch.cat(self.parts).view(-1, NUM_COPIES, NUM_OPS)
 
 
 def _single_policy(policy: _Policy) -> tuple[np.ndarray, tuple[Tensor, ...]]:

@@ -105,6 +105,10 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     g.add_argument("--val-bn", choices=("batch", "running"), default="batch",
                    help="batch norm in the hyperparameter steps: batch = the validation batch's statistics "
                    "(default), running = eval mode, the running statistics, as the network is tested")
+    g.add_argument("--hyper-input", choices=("hparams", "applied"), default="hparams",
+                   help="what the hyper-layers are conditioned on: hparams = each image's perturbed lambda_i (the "
+                   "paper; default), applied = which slots each image applied and their magnitudes; the "
+                   "hyperparameter step then uses the expected value under lambda (hba_augment.search.hyper_input)")
     g.add_argument("--cutout", type=nonneg_int, help="Cutout size after the policy, 0 for none" + preset)
     g.add_argument("--crop-padding", type=nonneg_int, help="padding of the random crop, 0 for no crop" + preset)
     g.add_argument("--no-flip", dest="flip", action="store_false", default=None,
@@ -145,7 +149,7 @@ def config_from_args(args: argparse.Namespace, device: str) -> SearchConfig:
         epochs=args.epochs, train_size=args.train_size, val_size=args.val_size, batch_size=args.batch_size,
         lr=args.lr, lr_schedule=args.lr_schedule, lr_milestones=args.lr_milestones, wd=args.wd,
         hparam_lr=args.hparam_lr, sigma=args.sigma, t_train=args.t_train, t_val=args.t_val, val_bn=args.val_bn,
-        init=args.init, seed=args.seed, device=device, image_size=args.image_size, classes=args.classes,
+        init=args.init, hyper_input=args.hyper_input, seed=args.seed, device=device, image_size=args.image_size, classes=args.classes,
         download=args.download or None, flip=args.flip, crop_padding=args.crop_padding, cutout=args.cutout,
         name=args.name, channels_last=args.channels_last, amp=args.amp,
     )

@@ -73,6 +73,7 @@ from hba_augment.models import create_model
 from hba_augment.schedule import Schedule
 from hba_augment.search._presets import DEFAULT_PRESET, PRESETS
 from hba_augment.search.hparams import INITS, NUM_HPARAMS, NUM_PROB_HPARAMS, hparams_to_policy, init_hparams
+from hba_augment.search.hyper_input import HYPER_INPUTS, applied_input, expected_applied_input
 from hba_augment.search.hyperize import STRATEGIES, HyperModel, hyperize
 
 __all__ = [
@@ -102,7 +103,7 @@ _CHECKPOINT_VERSION = 1
 # Fields that may differ between the run that wrote a checkpoint and the run that resumes it.
 _RESUME_FREE = frozenset({"data_dir", "name", "device"})
 # Fields added after the first checkpoints, and the value those checkpoints were searched with.
-_ADDED_FIELDS = {"val_bn": "batch", "init": "paper"}
+_ADDED_FIELDS = {"val_bn": "batch", "init": "paper", "hyper_input": "hparams"}
 #: Batch norm in the validation (hyperparameter) steps: the batch's statistics or the running ones.
 VAL_BN = ("batch", "running")
 
@@ -132,6 +133,9 @@ class SearchConfig:
             ``"running"`` (eval mode: the running statistics); see the module docstring.
         init: initial ``lambda``, ``"paper"`` or ``"identity"`` (see
             :func:`~hba_augment.search.hparams.init_hparams`).
+        hyper_input: what the hyper-layers are conditioned on: ``"hparams"`` (the paper: each image's
+            perturbed ``lambda_i``) or ``"applied"`` (what each image received; see
+            :mod:`~hba_augment.search.hyper_input`).
         seed: seeds the split, the model initialisation and every random stream.
         device: e.g. ``"cpu"``, ``"cuda"``, ``"cuda:1"``.
         image_size, classes, download: passed to ``load_dataset``.
@@ -166,6 +170,7 @@ class SearchConfig:
     t_val: int = 1
     val_bn: str = "batch"
     init: str = "paper"
+    hyper_input: str = "hparams"
     seed: int = 0
     device: str = "cpu"
     image_size: int | None = None
@@ -222,6 +227,8 @@ class SearchConfig:
             raise ValueError(f"val_bn must be one of {list(VAL_BN)}, got {self.val_bn!r}")
         if self.init not in INITS:
             raise ValueError(f"init must be one of {list(INITS)}, got {self.init!r}")
+        if self.hyper_input not in HYPER_INPUTS:
+            raise ValueError(f"hyper_input must be one of {list(HYPER_INPUTS)}, got {self.hyper_input!r}")
         if self.image_size is not None and (isinstance(self.image_size, bool) or not isinstance(
                 self.image_size, int) or self.image_size < 1):
             raise ValueError(f"image_size must be a positive int or None, got {self.image_size!r}")
@@ -442,14 +449,19 @@ class _Search:
         eps = torch.randn(n, NUM_HPARAMS, generator=self.g_noise, device=self.device)
         lam = self.hparams.detach() + cfg.sigma * eps
         prob, mag = hparams_to_policy(lam)
-        x = functional.augment(x, prob, mag, cfg.count_probs, generator=self.g_aug)
+        if cfg.hyper_input == "applied":
+            x, applied = functional.augment(x, prob, mag, cfg.count_probs, generator=self.g_aug, return_applied=True)
+            condition = applied_input(applied, lam)
+        else:
+            x = functional.augment(x, prob, mag, cfg.count_probs, generator=self.g_aug)
+            condition = lam
         x = baseline_augment(self.normalise(x), flip=cfg.flip, crop_padding=cfg.crop_padding, cutout=cfg.cutout,
                              generator=self.g_aug)
         lr = lr_at(cfg, self.step, self.steps_per_epoch)
         for group in self.opt.param_groups:
             group["lr"] = lr
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cfg.amp):
-            logits = self.net(self._layout(x), lam)
+            logits = self.net(self._layout(x), condition)
         logits = logits.float()
         if self.dist.distributed:
             # DDP averages the ranks' gradients; scaling each shard's summed loss by world / global size
@@ -474,12 +486,16 @@ class _Search:
         idx = _distributed.shard(idx, self.dist).to(self.device, non_blocking=True)
         x, y = self._layout(self.normalise(self.val_x[idx])), self.val_y[idx]
         running = self.config.val_bn == "running"
+        if self.config.hyper_input == "applied":
+            condition = expected_applied_input(self.hparams, self.config.count_probs)
+        else:
+            condition = self.hparams
         if running:
             self.hm.eval()
         try:
             with _frozen_bn_statistics(self.hm), torch.autocast(self.device.type, dtype=torch.bfloat16,
                                                                 enabled=self.config.amp):
-                logits = self.hm(x, self.hparams)
+                logits = self.hm(x, condition)
         finally:
             if running:
                 self.hm.train()
@@ -647,6 +663,7 @@ class _Search:
             "t_val": cfg.t_val,
             "val_bn": cfg.val_bn,
             "init": cfg.init,
+            "hyper_input": cfg.hyper_input,
             "channels_last": self.channels_last,
             "amp": cfg.amp,
             "baseline": {"flip": cfg.flip, "crop_padding": cfg.crop_padding, "cutout": cfg.cutout},
