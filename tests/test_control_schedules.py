@@ -196,7 +196,8 @@ def test_report_only_tables_the_finished_runs_and_marks_the_rest(pq, tmp_path):
 
 # ------------------------------------------------------------------------------ search_ablation.py
 SEARCH_KEYS = ("model", "strategy", "epochs", "train_images", "val_images", "batch_size", "lr", "lr_schedule",
-               "wd", "hparam_lr", "sigma", "t_train", "t_val", "val_bn", "init", "seed", "preset", "dataset")
+               "wd", "hparam_lr", "sigma", "t_train", "t_val", "val_bn", "init", "hyper_input", "seed", "preset",
+               "dataset")
 
 
 def _search_settings(cmd: list[str]) -> dict:
@@ -216,9 +217,9 @@ def test_every_ablation_changes_exactly_its_setting_of_the_shipped_search():
         for variant, extra in ablation.VARIANTS.items():
             cmd = ablation.search_command(variant, args, Path("/tmp/x"))
             settings = _search_settings(cmd[cmd.index("search") + 1:])
-            # The shipped search predates val_bn and init: it ran with their defaults.
+            # The shipped search predates val_bn, init and hyper_input: it ran with their defaults.
             was = {**shipped, "epochs": shipped["search_epochs"], "val_bn": shipped.get("val_bn", "batch"),
-                   "init": shipped.get("init", "paper")}
+                   "init": shipped.get("init", "paper"), "hyper_input": shipped.get("hyper_input", "hparams")}
             changed = {k for k in SEARCH_KEYS if settings[k] != was[k]}
             flag = extra[0].removeprefix("--").replace("-", "_")
             assert changed == {flag}, (variant, changed)
