@@ -149,8 +149,8 @@ def config_from_args(args: argparse.Namespace, device: str) -> SearchConfig:
         epochs=args.epochs, train_size=args.train_size, val_size=args.val_size, batch_size=args.batch_size,
         lr=args.lr, lr_schedule=args.lr_schedule, lr_milestones=args.lr_milestones, wd=args.wd,
         hparam_lr=args.hparam_lr, sigma=args.sigma, t_train=args.t_train, t_val=args.t_val, val_bn=args.val_bn,
-        init=args.init, hyper_input=args.hyper_input, seed=args.seed, device=device, image_size=args.image_size, classes=args.classes,
-        download=args.download or None, flip=args.flip, crop_padding=args.crop_padding, cutout=args.cutout,
+        init=args.init, hyper_input=args.hyper_input, seed=args.seed, device=device, image_size=args.image_size,
+        classes=args.classes, download=args.download or None, flip=args.flip, crop_padding=args.crop_padding, cutout=args.cutout,
         name=args.name, channels_last=args.channels_last, amp=args.amp,
     )
 

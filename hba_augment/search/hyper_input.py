@@ -20,6 +20,7 @@ noisy proxy of it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -34,11 +35,14 @@ __all__ = ["HYPER_INPUTS", "applied_input", "applied_probability", "expected_app
 #: ``"hparams"``: the paper's ``lambda_i``; ``"applied"``: what each image received.
 HYPER_INPUTS = ("hparams", "applied")
 
-_SLOTS = NUM_COPIES * NUM_OPS
+# One probability of lambda per slot (copy-major), so the slots are numbered as lambda's probabilities.
+_SLOTS = NUM_PROB_HPARAMS
 
 
+@functools.lru_cache(maxsize=8)
 def _magnitude_slots(device: torch.device) -> Tensor:
-    """Slot index (copy-major, as ``lambda``'s probabilities) of each of ``lambda``'s 24 magnitudes."""
+    """Slot index (copy-major, as ``lambda``'s probabilities) of each of ``lambda``'s 24 magnitudes; cached
+    per device, since both search steps index with it every iteration."""
     ops = torch.tensor(MAGNITUDE_OPS, device=device)
     return torch.cat([ops + copy * NUM_OPS for copy in range(NUM_COPIES)])
 
