@@ -411,14 +411,16 @@ def _markdown(report: dict[str, Any]) -> str:
          f"- Report only (`--report-only`): built from the finished runs' records, {report['runs_done']} of "
          f"{report['runs_planned']} runs done; a run not done yet is marked `-` and left out of its row's mean"),
         "",
-        f"| Policy | {what.capitalize()} error (%) | Per seed (%) | {what.capitalize()} loss | Wall time per run (s), "
-        "mean |",
+        f"| Policy | {what.capitalize()} error (%) | Per seed (%) | {what.capitalize()} loss | Training wall time "
+        "per run (s), mean |",
         "|---|---|---|---|---|",
     ]
     for row in report["rows"]:
         by_seed = dict(zip(row["seeds"], row["test_errors"], strict=True))
         per_seed = ", ".join(f"{by_seed[seed]:.2f}" if seed in by_seed else "-" for seed in s["seeds"])
-        walls = row["run_wall_seconds"]
+        # The trainer's own wall time sums every session of a resumed run; run_wall_seconds counts only
+        # the last invocation, which understates a run that was interrupted.
+        walls = row["train_wall_seconds"]
         wall = f"{statistics.fmean(walls):.0f}" if walls else "-"
         loss = f"{row['test_loss_mean']:.4f}" if row["test_loss_mean"] is not None else "-"
         lines.append(f"| {row['policy']} | {_fmt(row['test_errors'])} | {per_seed} | {loss} | {wall} |")
