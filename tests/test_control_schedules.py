@@ -172,7 +172,8 @@ def test_report_only_tables_the_finished_runs_and_marks_the_rest(pq, tmp_path):
                       "train_images": 10000, "test_images": 10000}
             record = tmp_path / "results" / f"{run_out.name}.json"
             record.parent.mkdir(exist_ok=True)
-            record.write_text(json.dumps({"key": pq._run_key(cmd), "wall_seconds": 9.0, "result": result}))
+            # This invocation's 2 s (a resumed run's last leg) against the trainer's 9 s over all sessions.
+            record.write_text(json.dumps({"key": pq._run_key(cmd), "wall_seconds": 2.0, "result": result}))
     # A record of other settings is not this table's run.
     (tmp_path / "results" / "baseline-seed0.json").write_text(json.dumps({"key": ["other"], "result": {}}))
 
@@ -184,7 +185,7 @@ def test_report_only_tables_the_finished_runs_and_marks_the_rest(pq, tmp_path):
     assert rows["none"]["test_error_mean"] == 41.0 and rows["none"]["seeds"] == [0, 1]
     assert rows["baseline"]["test_errors"] == [30.0] and rows["baseline"]["seeds"] == [1]
     table = (tmp_path / "policy_quality.md").read_text()
-    assert "| none | 41.00 ± 1.41 | 40.00, 42.00 |" in table
+    assert "| none | 41.00 ± 1.41 | 40.00, 42.00 | 1.0000 | 9 |" in table  # the trainer's wall time
     assert "| baseline | 30.00 | -, 30.00 |" in table
     assert "3 of 4 runs done" in table
 
