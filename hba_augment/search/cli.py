@@ -44,6 +44,32 @@ def default_name(out: str, dataset: str, model: str) -> str:
     return Path(out).expanduser().resolve().name or f"{dataset}-{model}"
 
 
+def _init(text: str) -> str:
+    """``--init``: a starting-policy name, checked without importing torch."""
+    from hba_augment.search.priors import parse_init
+
+    try:
+        parse_init(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def _count_probs(text: str) -> tuple[float, ...]:
+    """``--count-probs``: comma-separated probabilities (fractions such as 1/14 allowed)."""
+    values = []
+    for item in text.split(","):
+        num, sep, den = item.strip().partition("/")
+        try:
+            values.append(float(num) / float(den) if sep else float(num))
+        except (ValueError, ZeroDivisionError):
+            raise argparse.ArgumentTypeError(f"expected comma-separated probabilities such as 0.2,0.3,0.5, "
+                                             f"got {text!r}") from None
+    if any(not 0.0 <= v <= 1.0 for v in values) or abs(sum(values) - 1.0) > 1e-6:
+        raise argparse.ArgumentTypeError(f"expected probabilities in [0, 1] summing to 1, got {text!r}")
+    return tuple(values)
+
+
 def _preset_table() -> str:
     from hba_augment.search._presets import DEFAULT_PRESET, PRESETS
 
@@ -99,9 +125,20 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     g.add_argument("--sigma", type=nonneg_float, default=1.0, help="std of the per-image perturbation (default: 1)")
     g.add_argument("--t-train", type=positive_int, default=2, help="SGD steps per outer iteration (default: 2)")
     g.add_argument("--t-val", type=nonneg_int, default=1, help="hyperparameter steps per outer iteration (default: 1)")
-    g.add_argument("--init", choices=("paper", "identity"), default="paper",
-                   help="initial policy: paper = every value at 0.95 lo + 0.05 hi (default); identity = the same, "
-                   "but the four PIL enhancers' factors start at their identity 1 instead of 0.19")
+    g.add_argument("--init", type=_init, default="paper", metavar="{paper,identity,uniform:F,trivialaugment}",
+                   help="starting policy (hba_augment.search.priors): paper = every value at 0.95 lo + 0.05 hi "
+                   "(default); identity = the same, but the four PIL enhancers' factors start at their identity 1 "
+                   "instead of 0.19; uniform:F = every probability F and every magnitude at the fraction F of its "
+                   "range; trivialaugment = TrivialAugment in this space (one op per image, nearly uniform over "
+                   "ops, magnitudes at 21%% and 79%% of the range)")
+    g.add_argument("--prior-decay", type=nonneg_float, default=0.0,
+                   help="after every hyperparameter step, pull lambda towards its start by hparam_lr x this "
+                   "fraction of the distance (0: none, the paper; default: 0)")
+    g.add_argument("--hparam-accumulate", type=positive_int, default=1, metavar="N",
+                   help="one hyperparameter step per N validation steps, with their mean gradient (default: 1)")
+    g.add_argument("--count-probs", type=_count_probs, metavar="P0,P1,...",
+                   help="distribution of the number of ops per image (default: the starting policy's: 0.2,0.3,0.5, "
+                   "or 1/14,13/14 for trivialaugment)")
     g.add_argument("--val-bn", choices=("batch", "running"), default="batch",
                    help="batch norm in the hyperparameter steps: batch = the validation batch's statistics "
                    "(default), running = eval mode, the running statistics, as the network is tested")
@@ -149,7 +186,8 @@ def config_from_args(args: argparse.Namespace, device: str) -> SearchConfig:
         epochs=args.epochs, train_size=args.train_size, val_size=args.val_size, batch_size=args.batch_size,
         lr=args.lr, lr_schedule=args.lr_schedule, lr_milestones=args.lr_milestones, wd=args.wd,
         hparam_lr=args.hparam_lr, sigma=args.sigma, t_train=args.t_train, t_val=args.t_val, val_bn=args.val_bn,
-        init=args.init, hyper_input=args.hyper_input, seed=args.seed, device=device, image_size=args.image_size,
+        init=args.init, prior_decay=args.prior_decay, hparam_accumulate=args.hparam_accumulate,
+        count_probs=args.count_probs, hyper_input=args.hyper_input, seed=args.seed, device=device, image_size=args.image_size,
         classes=args.classes, download=args.download or None, flip=args.flip, crop_padding=args.crop_padding, cutout=args.cutout,
         name=args.name, channels_last=args.channels_last, amp=args.amp,
     )

@@ -19,11 +19,10 @@ import torch
 from torch import Tensor
 
 from hba_augment.functional._table import MAGNITUDE_OPS, NUM_OPS, OPS
+from hba_augment.search.priors import prior_policy
 
 __all__ = [
     "HPARAM_NAMES",
-    "INITS",
-    "INIT_FRACTION",
     "NUM_COPIES",
     "NUM_HPARAMS",
     "NUM_PROB_HPARAMS",
@@ -37,10 +36,6 @@ NUM_COPIES = 2
 NUM_PROB_HPARAMS = NUM_COPIES * NUM_OPS
 #: ``30 + 2 * 12 = 54``.
 NUM_HPARAMS = NUM_PROB_HPARAMS + NUM_COPIES * len(MAGNITUDE_OPS)
-#: Initial position of every hyperparameter inside its range (paper appendix: ``0.95 lo + 0.05 hi``).
-INIT_FRACTION = 0.05
-#: Initial values :func:`init_hparams` knows: ``"paper"`` (SPEC section 3) and ``"identity"``.
-INITS = ("paper", "identity")
 
 #: Human-readable name of each entry of ``lambda``, e.g. ``"prob[0].ShearX"``, ``"mag[1].Rotate"``.
 HPARAM_NAMES: tuple[str, ...] = tuple(
@@ -76,14 +71,12 @@ def _magnitude_index(device: torch.device) -> Tensor:
 def init_hparams(
     init: str = "paper", *, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
 ) -> Tensor:
-    """The initial ``lambda``.
+    """The initial ``lambda``: the starting policy ``init`` in logit space.
 
     Args:
-        init: ``"paper"``: every entry ``logit(0.05)``, i.e. ``0.95 lo + 0.05 hi`` (SPEC section 3).
-            ``"identity"``: the same, except the magnitudes of ops whose identity lies strictly inside
-            their range (the four PIL enhancers, identity factor 1 in ``[0.1, 1.9]``), which start at the
-            identity instead of the strong factor 0.19; the other ops' identity is their low end, which
-            ``"paper"`` already starts next to.
+        init: a name of :mod:`~hba_augment.search.priors`: ``"paper"`` (every entry ``logit(0.05)``, i.e.
+            ``0.95 lo + 0.05 hi``, SPEC section 3), ``"identity"``, ``"uniform:F"`` or ``"trivialaugment"``.
+        dtype, device: of the result.
 
     Returns:
         Tensor of shape ``(NUM_HPARAMS,)``.
@@ -91,16 +84,13 @@ def init_hparams(
     Raises:
         ValueError: an unknown ``init``.
     """
-    if init not in INITS:
-        raise ValueError(f"init must be one of {list(INITS)}, got {init!r}")
-    lam = torch.full((NUM_HPARAMS,), math.log(INIT_FRACTION / (1 - INIT_FRACTION)), dtype=torch.float64)
-    if init == "identity":
-        for j, k in enumerate(MAGNITUDE_OPS):
-            spec = OPS[k]
-            if spec.identity is not None and spec.low < spec.identity < spec.high:
-                frac = (spec.identity - spec.low) / (spec.high - spec.low)
-                for c in range(NUM_COPIES):
-                    lam[NUM_PROB_HPARAMS + c * len(MAGNITUDE_OPS) + j] = math.log(frac / (1 - frac))
+    prior = prior_policy(init)
+    prob = torch.as_tensor(prior.prob, dtype=torch.float64)
+    lo, hi = _bounds(torch.float64, torch.device("cpu"))
+    frac = (torch.as_tensor(prior.mag, dtype=torch.float64)[:, list(MAGNITUDE_OPS)] - lo) / (hi - lo)
+    # The logits of the fractions themselves (not of values mapped back and forth), so that "paper" is
+    # exactly logit(0.05) everywhere, as it always was.
+    lam = torch.cat([torch.logit(prob).reshape(-1), torch.logit(frac).reshape(-1)])
     return lam.to(dtype=dtype, device=device)
 
 

@@ -72,9 +72,10 @@ from hba_augment.functional._table import MAGNITUDE_OPS, OPS
 from hba_augment.models import create_model
 from hba_augment.schedule import Schedule
 from hba_augment.search._presets import DEFAULT_PRESET, PRESETS
-from hba_augment.search.hparams import INITS, NUM_HPARAMS, NUM_PROB_HPARAMS, hparams_to_policy, init_hparams
+from hba_augment.search.hparams import NUM_HPARAMS, NUM_PROB_HPARAMS, hparams_to_policy, init_hparams
 from hba_augment.search.hyper_input import HYPER_INPUTS, applied_input, expected_applied_input
 from hba_augment.search.hyperize import STRATEGIES, HyperModel, hyperize
+from hba_augment.search.priors import parse_init, prior_policy
 
 __all__ = [
     "CHECKPOINT_FILE",
@@ -103,7 +104,8 @@ _CHECKPOINT_VERSION = 1
 # Fields that may differ between the run that wrote a checkpoint and the run that resumes it.
 _RESUME_FREE = frozenset({"data_dir", "name", "device"})
 # Fields added after the first checkpoints, and the value those checkpoints were searched with.
-_ADDED_FIELDS = {"val_bn": "batch", "init": "paper", "hyper_input": "hparams"}
+_ADDED_FIELDS = {"val_bn": "batch", "init": "paper", "hyper_input": "hparams", "prior_decay": 0.0,
+                 "hparam_accumulate": 1}
 #: Batch norm in the validation (hyperparameter) steps: the batch's statistics or the running ones.
 VAL_BN = ("batch", "running")
 
@@ -131,8 +133,17 @@ class SearchConfig:
         t_train, t_val: training / validation steps per outer iteration.
         val_bn: batch norm in the validation steps: ``"batch"`` (the validation batch's statistics) or
             ``"running"`` (eval mode: the running statistics); see the module docstring.
-        init: initial ``lambda``, ``"paper"`` or ``"identity"`` (see
-            :func:`~hba_augment.search.hparams.init_hparams`).
+        init: the starting policy, a name of :mod:`~hba_augment.search.priors`: ``"paper"`` (the paper's),
+            ``"identity"``, ``"uniform:F"`` or ``"trivialaugment"``.
+        prior_decay: after every step of ``lambda``, pull it back towards its start by the fraction
+            ``hparam_lr * prior_decay`` of the distance (decoupled, as AdamW's weight decay pulls towards 0;
+            ``0``: no pull, the paper). Adam moves a coordinate by about ``hparam_lr`` per step whatever the
+            gradient's size, so a coordinate whose gradient keeps its sign settles about
+            ``1 / prior_decay`` logits from its start, while one whose gradient is noise stays within
+            about ``sqrt(1 / (2 hparam_lr prior_decay))`` steps' spread of it instead of random-walking away.
+        hparam_accumulate: validation steps whose mean gradient makes one step of ``lambda`` (``1``: a step
+            per validation step, the paper). Averaging ``n`` gradients divides the noise of a step by
+            ``sqrt(n)`` and the number of steps by ``n``.
         hyper_input: what the hyper-layers are conditioned on: ``"hparams"`` (the paper: each image's
             perturbed ``lambda_i``) or ``"applied"`` (what each image received; see
             :mod:`~hba_augment.search.hyper_input`).
@@ -140,7 +151,8 @@ class SearchConfig:
         device: e.g. ``"cpu"``, ``"cuda"``, ``"cuda:1"``.
         image_size, classes, download: passed to ``load_dataset``.
         flip, crop_padding, cutout: the baseline augmentation after the policy (``0`` disables).
-        count_probs: distribution of the number of ops per image (SPEC section 2).
+        count_probs: distribution of the number of ops per image (SPEC section 2); ``None``: the starting
+            policy's (PBA's ``(0.2, 0.3, 0.5)``, or ``(1/14, 13/14)`` for ``trivialaugment``).
         channels_last: keep activations in channels-last memory format (``None``: on CPU only, where it
             measured about 15% faster for WRN-40-2; a layout choice, results agree up to rounding).
         amp: bfloat16 autocast for the network's forward passes (for GPUs; the losses, the policy and
@@ -170,6 +182,8 @@ class SearchConfig:
     t_val: int = 1
     val_bn: str = "batch"
     init: str = "paper"
+    prior_decay: float = 0.0
+    hparam_accumulate: int = 1
     hyper_input: str = "hparams"
     seed: int = 0
     device: str = "cpu"
@@ -179,11 +193,20 @@ class SearchConfig:
     flip: bool = True
     crop_padding: int = 4
     cutout: int = 16
-    count_probs: tuple[float, ...] = (0.2, 0.3, 0.5)
+    count_probs: tuple[float, ...] | None = None
     channels_last: bool | None = None
     amp: bool = False
     name: str = "custom"
     preset: str = "cifar10"
+
+    def __post_init__(self) -> None:
+        if self.count_probs is None and isinstance(self.init, str):
+            try:
+                self.count_probs = prior_policy(self.init).count_probs
+            except ValueError:
+                pass  # validate() names the bad init
+        elif isinstance(self.count_probs, list):  # e.g. from JSON
+            self.count_probs = tuple(self.count_probs)
 
     @classmethod
     def from_preset(cls, preset: str | None = None, **overrides: Any) -> SearchConfig:
@@ -214,19 +237,23 @@ class SearchConfig:
         if self.strategy not in STRATEGIES or self.strategy == "none":
             raise ValueError(f"Unknown strategy {self.strategy!r}; expected one of "
                              f"{[s for s in STRATEGIES if s != 'none']}")
-        for name in ("epochs", "train_size", "batch_size", "t_train", "val_size"):
+        for name in ("epochs", "train_size", "batch_size", "t_train", "val_size", "hparam_accumulate"):
             _runner.check_int(self, name, 1)
         for name in ("t_val", "crop_padding", "cutout", "seed"):
             _runner.check_int(self, name, 0)
         for name in ("lr", "hparam_lr"):
             _runner.check_nonneg_number(self, name, positive=True)
-        for name in ("wd", "sigma", "momentum", "lr_gamma"):
+        for name in ("wd", "sigma", "momentum", "lr_gamma", "prior_decay"):
             _runner.check_nonneg_number(self, name)
+        if self.hparam_lr * self.prior_decay > 1:
+            raise ValueError(f"hparam_lr * prior_decay must be at most 1 (the pull is that fraction of the distance "
+                             f"to the start per step), got {self.hparam_lr} * {self.prior_decay}")
         _runner.check_lr_schedule(self)
         if self.val_bn not in VAL_BN:
             raise ValueError(f"val_bn must be one of {list(VAL_BN)}, got {self.val_bn!r}")
-        if self.init not in INITS:
-            raise ValueError(f"init must be one of {list(INITS)}, got {self.init!r}")
+        parse_init(self.init)
+        if self.count_probs is None:
+            raise ValueError("count_probs must be a sequence of probabilities, got None")
         if self.hyper_input not in HYPER_INPUTS:
             raise ValueError(f"hyper_input must be one of {list(HYPER_INPUTS)}, got {self.hyper_input!r}")
         if self.image_size is not None and (isinstance(self.image_size, bool) or not isinstance(
@@ -414,6 +441,10 @@ class _Search:
         if self.channels_last:
             self.hm.to(memory_format=torch.channels_last)
         self.hparams = init_hparams(cfg.init, device=dev).requires_grad_(True)
+        self.hparams_start = self.hparams.detach().clone()  # what --prior-decay pulls back to
+        # --hparam-accumulate: the sum of the gradients since lambda's last step, and their number.
+        self.hgrad_pending = torch.zeros_like(self.hparams_start)
+        self.hgrad_pending_steps = 0
         self.opt = torch.optim.SGD(self.hm.parameters(), lr=cfg.lr, momentum=cfg.momentum,
                                    nesterov=cfg.nesterov, weight_decay=cfg.wd)
         self.hopt = torch.optim.Adam([self.hparams], lr=cfg.hparam_lr)
@@ -511,9 +542,7 @@ class _Search:
         # Only d loss / d lambda: autograd skips every weight gradient.
         (grad,) = torch.autograd.grad(loss, [self.hparams])
         _distributed.all_reduce_sum([grad], self.dist)
-        self.hparams.grad = grad
-        self.hopt.step()
-        self.hparams.grad = None
+        self._hparam_step(grad)
         with torch.no_grad():
             g = grad.to(self.hgrad_moments.dtype)
             self.hgrad_moments[0] += g
@@ -522,6 +551,26 @@ class _Search:
             acc["val_loss"] += loss_sum.detach()
             acc["val_correct"] += (logits.argmax(1) == y).sum()
             acc["val_n"] += len(y)
+
+    def _hparam_step(self, grad: Tensor) -> None:
+        """Step ``lambda`` with ``grad`` (every ``hparam_accumulate`` calls, with their mean), then pull it
+        towards its start by ``hparam_lr * prior_decay`` of the distance."""
+        cfg = self.config
+        if cfg.hparam_accumulate > 1:
+            self.hgrad_pending += grad
+            self.hgrad_pending_steps += 1
+            if self.hgrad_pending_steps < cfg.hparam_accumulate:
+                return
+            grad = self.hgrad_pending / self.hgrad_pending_steps
+        self.hparams.grad = grad
+        self.hopt.step()
+        self.hparams.grad = None
+        if cfg.hparam_accumulate > 1:
+            self.hgrad_pending.zero_()
+            self.hgrad_pending_steps = 0
+        if cfg.prior_decay:
+            with torch.no_grad():
+                self.hparams.sub_(self.hparams - self.hparams_start, alpha=cfg.hparam_lr * cfg.prior_decay)
 
     def run_epoch(self) -> dict[str, Any]:
         start = time.perf_counter()
@@ -596,6 +645,8 @@ class _Search:
             "mean_mag_fraction": float(frac.mean()),
             "lambda_mean_prob_logit": float(lam[:NUM_PROB_HPARAMS].mean()),
             "lambda_mean_mag_logit": float(lam[NUM_PROB_HPARAMS:].mean()),
+            # How far the search has gone from where it started (root mean square over the 54 logits).
+            "lambda_rms_from_start": float((lam - self.hparams_start.cpu().double()).square().mean().sqrt()),
             "hypergrad_abs_t_mean": t_abs,
             "hypergrad_t_over_2_fraction": t_frac,
             # Per hyperparameter: lets an analysis pool epochs, where a small steady push adds up.
@@ -663,6 +714,8 @@ class _Search:
             "t_val": cfg.t_val,
             "val_bn": cfg.val_bn,
             "init": cfg.init,
+            "prior_decay": cfg.prior_decay,
+            "hparam_accumulate": cfg.hparam_accumulate,
             "hyper_input": cfg.hyper_input,
             "channels_last": self.channels_last,
             "amp": cfg.amp,
@@ -686,6 +739,8 @@ class _Search:
             optimizer=self.opt.state_dict(),
             hparam_optimizer=self.hopt.state_dict(),
             hparams=self.hparams.detach().cpu().clone(),
+            hgrad_pending=self.hgrad_pending.cpu().clone(),
+            hgrad_pending_steps=self.hgrad_pending_steps,
             val_stream={"perm": self.val_stream.perm.clone(), "pos": self.val_stream.pos},
             prob_history=[t.clone() for t in self.prob_history],
             mag_history=[t.clone() for t in self.mag_history],
@@ -708,6 +763,9 @@ class _Search:
         with torch.no_grad():
             self.hparams.copy_(state["hparams"].to(self.device))
         # Adam's state must refer to the live hparams tensor (load_state_dict maps it by position).
+        if "hgrad_pending" in state:  # checkpoints from before --hparam-accumulate had none pending
+            self.hgrad_pending.copy_(state["hgrad_pending"].to(self.device))
+            self.hgrad_pending_steps = int(state["hgrad_pending_steps"])
         _runner.restore_rank_rng(state, path, "a search", self.device, self._generators(), self.dist)
         self.val_stream.perm = state["val_stream"]["perm"]
         self.val_stream.pos = int(state["val_stream"]["pos"])

@@ -1,0 +1,133 @@
+"""Named starting policies of the search (``--init``): where ``lambda`` starts, and what it may be pulled back to.
+
+A *prior* is a constant policy of the search space, ``prob`` and ``mag`` of shape ``(2, 15)`` (copy x op,
+ops in :data:`~hba_augment.functional.OPS` order, magnitudes unsigned and NaN for the ops without one),
+together with the distribution ``count_probs`` of the number of ops per image that it is meant to be
+sampled with. The search starts ``lambda`` at the prior (:func:`~hba_augment.search.hparams.init_hparams`),
+and ``--prior-decay`` pulls it back there; the same prior held for every epoch is the control that a
+searched schedule must beat (:func:`start_schedule`).
+
+Names (:func:`parse_init` reads them without importing torch):
+
+* ``paper``: every probability 0.05 and every magnitude at ``0.95 lo + 0.05 hi``, with PBA's
+  ``count_probs`` (0.2, 0.3, 0.5) (the paper's appendix). Almost no augmentation.
+* ``identity``: ``paper``, except that the four PIL enhancers start at their identity factor 1 instead of 0.19.
+* ``uniform:F`` (``0 < F < 1``): every probability ``F`` and every magnitude at the fraction ``F`` of its
+  range, with PBA's ``count_probs``. ``uniform:0.5`` leaves the enhancers at factor 1 (the middle of
+  [0.1, 1.9] is the identity), so its geometric and pixel ops do all the work.
+* ``trivialaugment``: TrivialAugment (Mueller & Hutter 2021) expressed in this space: one op per image
+  (``count_probs = (1/14, 13/14)``: TA's identity is one of its 14 choices), drawn nearly uniformly
+  among the 13 ops TA shares with this space (every such slot has probability 0.5, so the first slot of the
+  random order that fires is uniform among them; Invert and Cutout, which TA lacks, get 0.02). TA draws a
+  magnitude uniformly from the range; a slot holds one magnitude, so the two copies of each op hold the
+  two points ``0.5 -+ 1/sqrt(12)`` of the range (0.211 and 0.789), the two-point distribution with the
+  uniform one's mean and variance. For the enhancers that is the symmetric pair of factors 0.48 and 1.52.
+  The ranges are this space's (PBA's), narrower than TA's "wide" ones for the geometric ops.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+if TYPE_CHECKING:  # the schedule imports torch; parsing a name must not
+    from hba_augment.schedule import Schedule
+
+__all__ = ["INIT_KINDS", "PAPER_FRACTION", "Prior", "parse_init", "prior_policy", "start_schedule"]
+
+#: The kinds of names :func:`parse_init` accepts (``uniform`` takes a fraction: ``uniform:0.3``).
+INIT_KINDS = ("paper", "identity", "uniform", "trivialaugment")
+#: The paper's initial position of every hyperparameter inside its range (``0.95 lo + 0.05 hi``).
+PAPER_FRACTION = 0.05
+# TrivialAugment: one of 14 choices per image, one of which is the identity.
+_TA_COUNT_PROBS = (1 / 14, 13 / 14)
+_TA_PROB = 0.5
+_TA_ABSENT_PROB = 0.02  # Invert and Cutout: not in TrivialAugment's op set
+_TA_ABSENT = ("Invert", "Cutout")
+_TA_SPREAD = 1 / math.sqrt(12)  # a uniform draw's standard deviation on [0, 1]
+
+
+class Prior(NamedTuple):
+    """A constant policy: ``prob``, ``mag`` (``(2, 15)`` float64 arrays) and ``count_probs``."""
+
+    prob: np.ndarray
+    mag: np.ndarray
+    count_probs: tuple[float, ...]
+
+
+def parse_init(init: str) -> tuple[str, float | None]:
+    """Split a starting-policy name into its kind and its fraction (``None`` unless ``uniform:F``).
+
+    Raises:
+        ValueError: an unknown name, or a fraction that is not a number strictly between 0 and 1.
+    """
+    if not isinstance(init, str):
+        raise ValueError(f"init must be a string such as 'paper' or 'uniform:0.3', got {init!r}")
+    kind, sep, rest = init.partition(":")
+    if kind not in INIT_KINDS or (kind == "uniform") != bool(sep):
+        raise ValueError(f"init must be one of 'paper', 'identity', 'uniform:F' (0 < F < 1) or 'trivialaugment', "
+                         f"got {init!r}")
+    if kind != "uniform":
+        return kind, None
+    try:
+        fraction = float(rest)
+    except ValueError:
+        fraction = math.nan
+    if not 0.0 < fraction < 1.0:  # NaN fails too
+        raise ValueError(f"the fraction of init 'uniform:F' must be a number strictly between 0 and 1, got {rest!r}")
+    return kind, fraction
+
+
+def prior_policy(init: str) -> Prior:
+    """The constant policy that ``init`` names (see the module docstring).
+
+    Returns:
+        :class:`Prior` with ``prob`` and ``mag`` of shape ``(2, 15)``.
+
+    Raises:
+        ValueError: an unknown name (:func:`parse_init`).
+    """
+    from hba_augment.functional import DEFAULT_COUNT_PROBS, NUM_COPIES, OPS
+
+    kind, fraction = parse_init(init)
+    has_mag = np.array([spec.has_magnitude for spec in OPS])
+    low = np.array([spec.low if spec.has_magnitude else np.nan for spec in OPS])
+    high = np.array([spec.high if spec.has_magnitude else np.nan for spec in OPS])
+
+    def at(frac: np.ndarray) -> np.ndarray:
+        """Magnitudes at fractions ``frac`` ((2, 15) or broadcastable) of each op's range."""
+        return np.where(has_mag, low + (high - low) * frac, np.nan)
+
+    shape = (NUM_COPIES, len(OPS))
+    if kind == "trivialaugment":
+        prob = np.full(shape, _TA_PROB)
+        prob[:, [i for i, spec in enumerate(OPS) if spec.name in _TA_ABSENT]] = _TA_ABSENT_PROB
+        frac = np.array([[0.5 - _TA_SPREAD], [0.5 + _TA_SPREAD]])
+        return Prior(prob, at(np.broadcast_to(frac, shape)), _TA_COUNT_PROBS)
+    fraction = PAPER_FRACTION if fraction is None else fraction
+    prob = np.full(shape, fraction)
+    mag = np.broadcast_to(at(np.full(len(OPS), fraction)), shape).copy()
+    if kind == "identity":
+        for k, spec in enumerate(OPS):
+            if spec.identity is not None and spec.low < spec.identity < spec.high:
+                mag[:, k] = spec.identity
+    return Prior(prob, mag, DEFAULT_COUNT_PROBS)
+
+
+def start_schedule(init: str, count_probs: tuple[float, ...] | None = None) -> Schedule:
+    """The control of a search that started at ``init``: its prior held for every epoch, as a one-entry
+    :class:`~hba_augment.schedule.Schedule` named ``start-<init>`` (stretched to any length by ``HBAPolicy``).
+
+    Args:
+        init: a starting-policy name.
+        count_probs: the search's ``count_probs`` if it overrode the prior's (``None``: the prior's).
+    """
+    from hba_augment.schedule import Schedule
+
+    prior = prior_policy(init)
+    counts = prior.count_probs if count_probs is None else tuple(count_probs)
+    return Schedule.constant(prior.prob, prior.mag, name=f"start-{init.replace(':', '-')}", count_probs=counts,
+                             provenance={"control": f"the search's starting policy {init!r} held for every epoch "
+                                         "(hba_augment.search.priors)"})

@@ -1,0 +1,197 @@
+"""Starting policies of the search (--init), the pull back to them (--prior-decay), accumulated steps."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hba_augment.datasets import load_dataset, reduced_split
+from hba_augment.functional import OP_NAMES, OPS, augment
+from hba_augment.schedule import Schedule
+from hba_augment.search import loop
+from hba_augment.search.hparams import hparams_to_policy, init_hparams
+from hba_augment.search.loop import SearchConfig, run_search
+from hba_augment.search.priors import parse_init, prior_policy, start_schedule
+
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
+_ACC_KEYS = ("train_loss", "train_correct", "train_n", "val_loss", "val_correct", "val_n")
+
+
+@pytest.fixture(scope="module")
+def tiny(cifar_dir: Path):
+    return reduced_split(load_dataset("cifar10", cifar_dir), 96, 64, seed=0)
+
+
+def _config(**kw) -> SearchConfig:
+    base = {"dataset": "cifar10", "data_dir": "unused", "model": "wrn-10-1", "epochs": 2, "train_size": 96,
+            "val_size": 64, "batch_size": 32}
+    return SearchConfig.from_preset("cifar10", **{**base, **kw})
+
+
+# ------------------------------------------------------------------------------------------ the priors
+@pytest.mark.parametrize("init", ["paper", "identity", "uniform:0.3", "trivialaugment"])
+def test_lambda_starts_at_the_prior(init):
+    prior = prior_policy(init)
+    prob, mag = hparams_to_policy(init_hparams(init, dtype=torch.float64))
+    np.testing.assert_allclose(prob.numpy(), prior.prob, rtol=1e-9)
+    np.testing.assert_allclose(mag.numpy(), prior.mag, rtol=1e-9)  # NaN where an op has no magnitude
+    assert math.isclose(sum(prior.count_probs), 1.0)
+
+
+@given(st.floats(0.01, 0.99))
+def test_uniform_prior_is_the_fraction_of_every_range(fraction):
+    prior = prior_policy(f"uniform:{fraction}")
+    assert np.all(prior.prob == fraction)
+    for k, spec in enumerate(OPS):
+        if spec.has_magnitude:
+            assert prior.mag[:, k] == pytest.approx([spec.low + fraction * (spec.high - spec.low)] * 2)
+        else:
+            assert np.isnan(prior.mag[:, k]).all()
+
+
+def test_trivialaugment_prior_draws_one_op_nearly_uniformly(cifar_images):
+    """TrivialAugment in this space: an op on 13/14 of the images, one at most, spread evenly over TA's ops,
+    each op at two magnitudes with the mean and the variance of a uniform draw over its range."""
+    prior = prior_policy("trivialaugment")
+    n = 14_000
+    images = cifar_images[:1].expand(n, -1, -1, -1).contiguous()
+    g = torch.Generator().manual_seed(0)
+    _, applied = augment(images, torch.tensor(prior.prob), torch.tensor(prior.mag), prior.count_probs, generator=g,
+                         return_applied=True)
+    fired = applied.sum(dim=(1, 2))  # (B,): slots applied per image
+    assert int(fired.max()) == 1
+    assert float((fired == 0).double().mean()) == pytest.approx(1 / 14, abs=0.01)
+    ops = applied.any(dim=1).double().sum(0) / fired.sum()  # (15,): share of each op
+    rare = [OP_NAMES.index("Invert"), OP_NAMES.index("Cutout")]
+    common = [k for k in range(len(OPS)) if k not in rare]
+    assert ops[common].min() > 0.8 / 13 and ops[common].max() < 1.2 / 13
+    assert ops[rare].max() < 0.01
+    for k, spec in enumerate(OPS):
+        if spec.has_magnitude:
+            frac = (prior.mag[:, k] - spec.low) / (spec.high - spec.low)
+            assert frac.mean() == pytest.approx(0.5) and frac.var() == pytest.approx(1 / 12)
+    # The enhancers' two factors lie symmetrically about their identity 1.
+    assert prior.mag[:, OP_NAMES.index("Color")] == pytest.approx([1 - 0.52, 1 + 0.52], abs=0.005)
+
+
+@pytest.mark.parametrize(("init", "match"), [
+    ("zero", "init must be one of"), ("uniform", "init must be one of"), ("paper:0.5", "init must be one of"),
+    ("uniform:0", "strictly between 0 and 1, got '0'"), ("uniform:nan", "got 'nan'"), ("uniform:x", "got 'x'"),
+    (3, "init must be a string"),
+])
+def test_bad_init_names_are_refused(init, match):
+    with pytest.raises(ValueError, match=match):
+        parse_init(init)
+
+
+def test_start_schedule_is_the_prior_held():
+    schedule = start_schedule("uniform:0.3", count_probs=(0.5, 0.5))
+    prior = prior_policy("uniform:0.3")
+    assert isinstance(schedule, Schedule) and schedule.epochs == 1 and schedule.name == "start-uniform-0.3"
+    np.testing.assert_array_equal(schedule.prob[0], prior.prob)
+    assert tuple(schedule.count_probs) == (0.5, 0.5)
+    assert tuple(start_schedule("trivialaugment").count_probs) == pytest.approx((1 / 14, 13 / 14))
+
+
+def test_the_search_samples_with_its_priors_count_probs():
+    assert _config(init="trivialaugment").count_probs == prior_policy("trivialaugment").count_probs
+    assert _config().count_probs == (0.2, 0.3, 0.5)
+    assert _config(init="trivialaugment", count_probs=(0.0, 1.0)).count_probs == (0.0, 1.0)
+
+
+# ------------------------------------------------------------------------------- pull and accumulation
+def _val_steps(search, n):
+    acc = {k: torch.zeros(()) for k in _ACC_KEYS}
+    search.train_step(torch.arange(32), acc)  # phi_V is zero until one training step
+    out = []
+    for _ in range(n):
+        search.val_step(acc)
+        out.append(search.hparams.detach().clone())
+    return out
+
+
+def test_a_full_pull_keeps_lambda_at_its_start(tiny):
+    config = _config(init="uniform:0.3", prior_decay=1 / 0.03)  # hparam_lr * prior_decay = 1
+    search = loop._Search(config, *tiny, log=lambda m: None)
+    start = search.hparams.detach().clone()
+    for lam in _val_steps(search, 3):
+        torch.testing.assert_close(lam, start)
+    # Without the pull the same steps move it.
+    search = loop._Search(_config(init="uniform:0.3"), *tiny, log=lambda m: None)
+    assert not torch.allclose(_val_steps(search, 1)[0], start)
+
+
+def test_a_partial_pull_shrinks_the_step_towards_the_start(tiny):
+    free = loop._Search(_config(), *tiny, log=lambda m: None)
+    pulled = loop._Search(_config(prior_decay=10.0), *tiny, log=lambda m: None)
+    start = free.hparams.detach().clone()
+    a, b = _val_steps(free, 1)[0], _val_steps(pulled, 1)[0]
+    torch.testing.assert_close(b - start, (a - start) * (1 - 0.03 * 10.0))
+
+
+def test_accumulated_steps_use_the_mean_gradient(tiny):
+    search = loop._Search(_config(hparam_accumulate=3), *tiny, log=lambda m: None)
+    start = search.hparams.detach().clone()
+    grads = []
+    real = search._hparam_step
+
+    def spy(grad):
+        grads.append(grad.clone())
+        real(grad)
+
+    search._hparam_step = spy
+    lams = _val_steps(search, 4)
+    assert torch.equal(lams[0], start) and torch.equal(lams[1], start)  # nothing until the third gradient
+    # The third makes one Adam step with the mean g of the three: Adam's first step is lr g / (|g| + eps).
+    mean = torch.stack(grads[:3]).mean(0)
+    torch.testing.assert_close(lams[2] - start, -0.03 * mean / (mean.abs() + 1e-8), atol=1e-6, rtol=1e-4)
+    assert torch.equal(lams[3], lams[2]) and search.hgrad_pending_steps == 1
+
+
+def test_resume_mid_accumulation_is_bit_exact(tiny, tmp_path: Path):
+    # 3 SGD steps per epoch = 2 iterations = 2 validation steps: an accumulation of 3 spans epochs.
+    config = _config(epochs=3, hparam_accumulate=3, prior_decay=2.0, init="trivialaugment")
+    quiet = {"progress": False, "log": lambda m: None, "plot": False, "data": tiny}
+    full = run_search(config, tmp_path / "full", **quiet)
+
+    class Stop(Exception):
+        pass
+
+    def stop(metrics):
+        if metrics["epoch"] == 0:
+            raise Stop
+
+    with pytest.raises(Stop):
+        run_search(config, tmp_path / "cut", on_epoch_end=stop, **quiet)
+    resumed = run_search(config, tmp_path / "cut", resume=True, **quiet)
+    assert np.array_equal(resumed.schedule.prob, full.schedule.prob)
+    prov = resumed.schedule.provenance
+    assert (prov["init"], prov["prior_decay"], prov["hparam_accumulate"]) == ("trivialaugment", 2.0, 3)
+    assert tuple(resumed.schedule.count_probs) == pytest.approx((1 / 14, 13 / 14))
+    # Epoch 0 had 2 validation steps: no step of lambda yet; epoch 1 made the first.
+    rms = [m["lambda_rms_from_start"] for m in resumed.metrics]
+    assert rms[0] == 0 and rms[1] > 0
+
+
+def test_the_command_line_reaches_the_config(capsys):
+    from hba_augment.search.cli import build_parser, config_from_args
+
+    args = build_parser().parse_args(["--data-dir", "d", "--out", "o", "--init", "uniform:0.4", "--prior-decay", "2",
+                                      "--hparam-accumulate", "4", "--count-probs", "1/4,3/4"])
+    config = config_from_args(args, "cpu")
+    assert (config.init, config.prior_decay, config.hparam_accumulate) == ("uniform:0.4", 2.0, 4)
+    assert config.count_probs == (0.25, 0.75)
+    assert config_from_args(build_parser().parse_args(["--data-dir", "d", "--out", "o"]), "cpu").count_probs == (
+        0.2, 0.3, 0.5)
+    for bad, said in ((["--init", "uniform:2"], "strictly between 0 and 1"), (["--count-probs", "0.5,0.6"], "summing to 1"),
+                      (["--count-probs", "a,b"], "comma-separated")):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["--data-dir", "d", "--out", "o", *bad])
+        assert said in capsys.readouterr().err
