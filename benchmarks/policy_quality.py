@@ -105,6 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-workers", type=int, help="hba-augment train --num-workers (default: its own)")
     p.add_argument("--extra", default="", help="more hba-augment train options for every run, e.g. '--lr 0.05'")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (policy_quality.md/.json, runs/)")
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="stop a run that has not finished after this long (it stays unfinished: its checkpoint "
+                   "resumes it next time) and go on with the others (default: no limit)")
+    p.add_argument("--keep-going", action="store_true",
+                   help="a run that fails does not stop the others; the exit status is 1 if any failed")
     p.add_argument("--report-only", action="store_true",
                    help="train nothing: build the table from the finished runs' records in OUT/results/ and mark "
                    "the runs not done yet")
@@ -148,7 +153,7 @@ def _git(*args: str) -> str | None:
         return None
 
 
-def _machine() -> dict[str, Any]:
+def _machine(device: str = "cpu") -> dict[str, Any]:
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
@@ -159,6 +164,8 @@ def _machine() -> dict[str, Any]:
 
     info: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(),
                             "python": platform.python_version(), "torch": torch.__version__}
+    if device.startswith("cuda") and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
     if hasattr(os, "getloadavg"):
         info["load_average_at_start"] = [round(v, 2) for v in os.getloadavg()]
     return info
@@ -203,8 +210,15 @@ def _reused(key: list[str], record: Path) -> dict[str, Any] | None:
     return {"result": saved["result"], "wall_seconds": saved["wall_seconds"], "reused": True}
 
 
-def _run_one(cmd: list[str], out: Path, record: Path, env: dict[str, str], label: str) -> dict[str, Any]:
+class RunUnfinished(RuntimeError):
+    """A run stopped at ``--timeout``; its checkpoint is kept."""
+
+
+def _run_one(cmd: list[str], out: Path, record: Path, env: dict[str, str], label: str,
+             timeout: float | None = None) -> dict[str, Any]:
     """Run one training (or reuse its result) and return ``{"result", "wall_seconds", "reused"}``.
+
+    Raises ``RunUnfinished`` when the run is still going after ``timeout`` seconds (it is killed).
 
     ``record`` is the run's small result file, meant to be committed as soon as it exists: a later
     invocation, on this machine or a fresh one, reuses it instead of training again. ``out`` holds the
@@ -223,7 +237,10 @@ def _run_one(cmd: list[str], out: Path, record: Path, env: dict[str, str], label
     with open(out / "log.txt", "a", encoding="utf-8") as log:
         log.write(f"$ {shlex.join(cmd)}\n")
         log.flush()
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        try:
+            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO, timeout=timeout)
+        except subprocess.TimeoutExpired:  # subprocess.run has killed it
+            raise RunUnfinished(f"{label} stopped after {timeout:.0f} s, unfinished; its checkpoint is in {out}") from None
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         tail = (out / "log.txt").read_text(encoding="utf-8").splitlines()[-5:]
@@ -281,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.datetime.now(datetime.timezone.utc)
     commit = _git("rev-parse", "HEAD")
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
-    machine = _machine()
+    machine = _machine(args.device)
 
     jobs = _jobs(args, runs_dir)
 
@@ -303,14 +320,31 @@ def main(argv: list[str] | None = None) -> int:
     print(f"policy_quality: {len(jobs)} runs ({len(args.policies)} policies x {len(args.seeds)} seeds), "
           f"{args.jobs} at a time; runs in {runs_dir}", flush=True)
     bench_start = time.perf_counter()
-    done = 0
+    deadline = None if args.timeout is None else bench_start + args.timeout
+    done, failed = 0, 0
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {pool.submit(_run_one, cmd, run_out, records_dir / f"{run_out.name}.json", env,
-                               f"{pol} seed {seed}"): (policy, pol, seed, cmd)
+        # Each run gets what is left of --timeout when it starts, so that the whole invocation ends by then.
+        def one(cmd: list[str], run_out: Path, label: str) -> dict[str, Any]:
+            left = None if deadline is None else deadline - time.perf_counter()
+            if left is not None and left <= 0:
+                raise RunUnfinished(f"{label} not started: --timeout reached")
+            return _run_one(cmd, run_out, records_dir / f"{run_out.name}.json", env, label, left)
+
+        futures = {pool.submit(one, cmd, run_out, f"{pol} seed {seed}"): (policy, pol, seed, cmd)
                    for policy, pol, seed, run_out, cmd in jobs}
         for future in concurrent.futures.as_completed(futures):
             policy, pol, seed, cmd = futures[future]
-            run = future.result()
+            try:
+                run = future.result()
+            except RunUnfinished as e:
+                print(f"[-/{len(jobs)}] {e}", flush=True)
+                continue
+            except RuntimeError as e:
+                if not args.keep_going:
+                    raise
+                failed += 1
+                print(f"[-/{len(jobs)}] {e}", flush=True)
+                continue
             run["command"] = shlex.join(cmd)
             results[(policy, seed)] = run
             done += 1
@@ -319,8 +353,12 @@ def main(argv: list[str] | None = None) -> int:
             how += " (reused)" if run["reused"] else ""
             print(f"[{done}/{len(jobs)}] {pol} seed {seed}: test error {r['test_error']:.2f}% "
                   f"(loss {r['test_loss']:.4f}), {how}", flush=True)
-    return _report(args, argv, results, runs_dir, out, commit, dirty, started, machine,
-                   time.perf_counter() - bench_start)
+    if not results:
+        print("policy_quality: no run finished", flush=True)
+        return 1
+    status = _report(args, argv, results, runs_dir, out, commit, dirty, started, machine,
+                     time.perf_counter() - bench_start)
+    return 1 if failed else status
 
 
 def _report(args: argparse.Namespace, argv: list[str], results: dict[tuple[str, int], dict[str, Any]],
@@ -396,7 +434,7 @@ def _markdown(report: dict[str, Any]) -> str:
         f"- Command: `{report['command']}`",
         f"- Git commit: {commit}; hba-augment {report['package_version']}",
         f"- Machine: {m['cpu']}, {m['cores']} cores ({m['platform']}); load average at start "
-        f"{m.get('load_average_at_start')}",
+        f"{m.get('load_average_at_start')}" + (f"; GPU: {m['gpu']}" if m.get("gpu") else ""),
         f"- torch {m['torch']}, torchvision {report['torchvision']}, Python {m['python']}",
         f"- Date: {report['date']}",
         f"- Data: {d['name']} ({d['data_dir']}): {d['train_images']:,}-image class-balanced training subset "

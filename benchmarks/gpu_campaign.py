@@ -1,0 +1,287 @@
+"""Searches and the trainings that judge them, side by side on one GPU, within one device call.
+
+A *campaign* is a plan file (``benchmarks/campaigns/<name>.json``) naming searches (``hba-augment search``
+options on top of common ones) and evaluations (policies x seeds, per split), all at one protocol. One
+invocation runs whatever of it is not done yet, as much as fits in ``--budget`` seconds:
+
+1. every search without a ``schedule.json`` starts at once (``hba-augment search``, each its own process);
+2. the evaluations whose schedules exist start beside them, through ``benchmarks/policy_quality.py`` (one
+   invocation per split, so its records, reuse and tables are the benchmark's own);
+3. when a search finishes with enough time left (``--min-eval-seconds``), its own evaluations start;
+4. at the deadline everything still running is stopped (unfinished runs simply count as not done), each
+   split's table is rebuilt from all finished records (``policy_quality.py --report-only``), and the
+   campaign's new files are packed into one ``.tar.gz`` (``--pack``) for the device to send back.
+
+Everything lands in ``benchmarks/results/<campaign>/`` (tracked): ``searches/<name>/`` (schedule, metrics,
+log), ``schedules/`` (the controls: ``start-<search>.json``, each search's starting policy held; ``pba.json``),
+``<split>/results/*.json`` (one record per finished run, reused by later invocations) and
+``<split>/policy_quality.md``. Commit them after each call; the next call (the repository travels) skips what is done.
+
+Policies in a plan: torchvision's (``trivialaugment``, ``autoaugment``, ``randaugment``), the training
+baselines (``none``, ``baseline``, ``cutout``), ``pba`` (PBA's published schedule), ``start:<search>`` (that
+search's starting policy held for every epoch: the control it must beat), ``hba:<search>`` (its learned
+schedule) and ``hba:<shipped name or path>``.
+
+On the lent GPU (``../shared/reference/GPU.md``; the data travels in an ignored folder named in ``carry``)::
+
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . && \\
+    PYTHONUNBUFFERED=1 python3 benchmarks/gpu_campaign.py benchmarks/campaigns/paper_scale_cifar10.json \\
+        --data-root .device/data --device cuda --budget 540 --pack $OUT/campaign.tgz
+
+and here, after the call: ``tar xzf <files_at>/campaign.tgz`` in the repository root, then commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+TORCHVISION_POLICIES = ("none", "baseline", "cutout", "autoaugment", "randaugment", "trivialaugment")
+_PLAN_KEYS = {"name", "description", "data", "dataset", "search_args", "train", "searches", "evals"}
+_TRAIN_KEYS = {"model", "epochs", "train_size", "preset", "extra"}
+_SPLIT_KEYS = {"seeds", "policies", "test_size"}
+
+
+def load_plan(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and check a plan file; ``ValueError`` naming the first problem."""
+    plan = json.loads(Path(path).read_text(encoding="utf-8"))
+    unknown = set(plan) - _PLAN_KEYS
+    missing = {"name", "data", "searches", "evals", "train"} - set(plan)
+    if unknown or missing:
+        raise ValueError(f"plan {path}: unknown keys {sorted(unknown)}, missing keys {sorted(missing)}")
+    if not set(plan["train"]) <= _TRAIN_KEYS:
+        raise ValueError(f"plan {path}: train takes {sorted(_TRAIN_KEYS)}, got {sorted(plan['train'])}")
+    for split, spec in plan["evals"].items():
+        if split not in ("val", "test") or not set(spec) <= _SPLIT_KEYS or not spec.get("policies"):
+            raise ValueError(f"plan {path}: evals.{split} must be 'val' or 'test' with keys {sorted(_SPLIT_KEYS)} "
+                             f"and a non-empty policies list")
+        for policy in spec["policies"]:
+            kind, _, name = policy.partition(":")
+            if kind in ("start",) and name not in plan["searches"]:
+                raise ValueError(f"plan {path}: {policy!r} names no search of the plan ({sorted(plan['searches'])})")
+            if not (policy in (*TORCHVISION_POLICIES, "pba") or kind in ("start", "hba")):
+                raise ValueError(f"plan {path}: unknown policy {policy!r}")
+    return plan
+
+
+class Campaign:
+    """The files and processes of one campaign (see the module docstring)."""
+
+    def __init__(self, plan: dict[str, Any], args: argparse.Namespace) -> None:
+        self.plan, self.args = plan, args
+        self.root = Path(args.out).resolve() if args.out else RESULTS / plan["name"]
+        self.data = Path(args.data_root) / plan["data"]
+        self.start = time.monotonic()
+        self.procs: list[tuple[str, subprocess.Popen[bytes], Any]] = []
+
+    # -- paths and policies -------------------------------------------------------------------------
+    def search_dir(self, name: str) -> Path:
+        return self.root / "searches" / name
+
+    def schedule_of(self, policy: str) -> tuple[str, Path | None]:
+        """``(label, schedule file or None)`` of a plan policy; ``None`` for torchvision's policies."""
+        kind, _, name = policy.partition(":")
+        if policy == "pba":
+            return "pba", self.root / "schedules" / "pba.json"
+        if kind == "start":
+            return f"start-{name}", self.root / "schedules" / f"start-{name}.json"
+        if kind == "hba" and name in self.plan["searches"]:
+            return name, self.search_dir(name) / "schedule.json"
+        return policy, None
+
+    def policy_item(self, policy: str) -> str:
+        """The ``policy_quality.py --policies`` item of a plan policy."""
+        label, path = self.schedule_of(policy)
+        if path is None:
+            return policy
+        return f"{label}=hba:{os.path.relpath(path, REPO)}"
+
+    def ready(self, policy: str) -> bool:
+        _, path = self.schedule_of(policy)
+        return path is None or path.exists()
+
+    def left(self) -> float:
+        return self.args.budget - (time.monotonic() - self.start)
+
+    # -- controls -----------------------------------------------------------------------------------
+    def write_controls(self) -> None:
+        """``schedules/start-<search>.json`` for every search and ``schedules/pba.json`` (if missing)."""
+        from hba_augment.search.cli import build_parser, config_from_args
+        from hba_augment.search.priors import start_schedule
+
+        folder = self.root / "schedules"
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, options in self.plan["searches"].items():
+            path = folder / f"start-{name}.json"
+            if not path.exists():
+                # The search's own settings decide its start: parse its command line as it will run.
+                cfg = config_from_args(build_parser().parse_args(self.search_argv(name, options)), "cpu")
+                start_schedule(cfg.init, cfg.count_probs).save(path)
+        if not (folder / "pba.json").exists():
+            sys.path.insert(0, str(REPO / "benchmarks"))
+            from control_schedules import PBA_DIR, pba_schedule
+
+            pba_schedule(PBA_DIR / "rcifar10_16_wrn.txt", 200).save(folder / "pba.json")
+
+    # -- processes ----------------------------------------------------------------------------------
+    def search_argv(self, name: str, options: str) -> list[str]:
+        return ["--dataset", self.plan.get("dataset", "imagefolder"), "--data-dir", str(self.data),
+                *self.plan.get("search_args", []), *shlex.split(options), "--out", str(self.search_dir(name)),
+                "--name", name]
+
+    def launch(self, label: str, cmd: list[str], log: Path) -> None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(log, "a", encoding="utf-8")  # closed in stop_all, once the process has ended
+        handle.write(f"$ {shlex.join(cmd)}\n")
+        handle.flush()
+        proc = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+        self.procs.append((label, proc, handle))
+        print(f"[{time.monotonic() - self.start:5.0f} s] started {label}", flush=True)
+
+    def start_searches(self) -> list[str]:
+        started = []
+        for name, options in self.plan["searches"].items():
+            if (self.search_dir(name) / "schedule.json").exists():
+                continue
+            cmd = [sys.executable, "-m", "hba_augment", "search", *self.search_argv(name, options),
+                   "--device", self.args.device, "--resume", "--no-progress", "--no-plot"]
+            self.launch(f"search {name}", cmd, self.search_dir(name) / "log.txt")
+            started.append(name)
+        return started
+
+    def start_evals(self, split: str, policies: list[str], jobs: int) -> None:
+        spec, train = self.plan["evals"][split], self.plan["train"]
+        extra = train.get("extra", "") + (" --eval-split val" if split == "val" else "")
+        cmd = [sys.executable, str(REPO / "benchmarks" / "policy_quality.py"), "--dataset",
+               self.plan.get("dataset", "imagefolder"), "--data-dir", str(self.data), "--preset",
+               train.get("preset", "cifar10"), "--model", train["model"], "--epochs", str(train["epochs"]),
+               "--train-size", str(train["train_size"]), "--seeds", ",".join(map(str, spec["seeds"])),
+               "--policies", ",".join(self.policy_item(p) for p in policies), "--device", self.args.device,
+               "--threads", str(self.args.threads), "--jobs", str(max(1, jobs)), "--extra", extra.strip(),
+               "--timeout", str(max(1.0, self.left() - self.args.margin)), "--keep-going",
+               "--out", str(self.root / split)]
+        if spec.get("test_size"):
+            cmd += ["--test-size", str(spec["test_size"])]
+        self.launch(f"{split}: {', '.join(policies)}", cmd, self.root / split / "log.txt")
+
+    def running(self) -> int:
+        return sum(proc.poll() is None for _, proc, _ in self.procs)
+
+    def stop_all(self) -> None:
+        for label, proc, _ in self.procs:
+            if proc.poll() is None:
+                print(f"stopping {label} (budget reached)", flush=True)
+                os.killpg(proc.pid, 15)
+        for _, proc, handle in self.procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+            handle.close()
+
+    # -- the whole call -----------------------------------------------------------------------------
+    def run(self) -> int:
+        self.write_controls()
+        searches = self.start_searches()
+        pending = {split: list(spec["policies"]) for split, spec in self.plan["evals"].items()}
+
+        def launch_ready() -> None:
+            for split, policies in pending.items():
+                ready = [p for p in policies if self.ready(p)]
+                if ready and self.left() > self.args.min_eval_seconds:
+                    jobs = min(self.args.max_procs - self.running(),
+                               len(ready) * len(self.plan["evals"][split]["seeds"]))
+                    self.start_evals(split, ready, jobs)
+                    pending[split] = [p for p in policies if p not in ready]
+
+        # A search that finishes starts its evaluations here; the loop ends when nothing runs or time is up.
+        while self.left() > 0:
+            launch_ready()
+            if not self.running():
+                break
+            time.sleep(2)
+        self.stop_all()
+        unfinished = [s for s in searches if not (self.search_dir(s) / "schedule.json").exists()]
+        if unfinished:
+            print(f"searches not finished: {', '.join(unfinished)} (see their log.txt)", flush=True)
+        self.report()
+        if self.args.pack:
+            self.pack(Path(self.args.pack))
+        return 0
+
+    def report(self) -> None:
+        """Each split's table from every finished record (``--report-only``)."""
+        for split, spec in self.plan["evals"].items():
+            train = self.plan["train"]
+            extra = train.get("extra", "") + (" --eval-split val" if split == "val" else "")
+            policies = [p for p in spec["policies"] if self.ready(p)]
+            if not policies:
+                continue
+            cmd = [sys.executable, str(REPO / "benchmarks" / "policy_quality.py"), "--report-only", "--dataset",
+                   self.plan.get("dataset", "imagefolder"), "--data-dir", str(self.data), "--preset",
+                   train.get("preset", "cifar10"), "--model", train["model"], "--epochs", str(train["epochs"]),
+                   "--train-size", str(train["train_size"]), "--seeds", ",".join(map(str, spec["seeds"])),
+                   "--policies", ",".join(self.policy_item(p) for p in policies), "--device", self.args.device,
+                   "--threads", str(self.args.threads), "--extra", extra.strip(), "--out", str(self.root / split)]
+            if spec.get("test_size"):
+                cmd += ["--test-size", str(spec["test_size"])]
+            subprocess.run(cmd, cwd=REPO, stdout=subprocess.DEVNULL, check=False)
+
+    def pack(self, dest: Path) -> None:
+        """The campaign's files, checkpoints and run folders left out, as one archive of repository paths."""
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(dest, "w:gz") as tar:
+            for path in sorted(self.root.rglob("*")):
+                rel = path.relative_to(self.root)
+                if path.is_file() and path.suffix != ".pt" and "runs" not in rel.parts:
+                    tar.add(path, arcname=str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(rel))
+        print(f"packed {dest} ({dest.stat().st_size / 1e6:.1f} MB)", flush=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("plan", help="plan file, e.g. benchmarks/campaigns/paper_scale_cifar10.json")
+    p.add_argument("--data-root", default=str(REPO.parent / "shared" / "data"), help="folder holding the plan's data")
+    p.add_argument("--device", default="cuda", help="torch device of every process (default: cuda)")
+    p.add_argument("--budget", type=float, default=540.0, help="seconds until everything stops (default: 540)")
+    p.add_argument("--margin", type=float, default=20.0,
+                   help="seconds kept free at the end for the tables and the archive (default: 20)")
+    p.add_argument("--min-eval-seconds", type=float, default=240.0,
+                   help="start an evaluation only with at least this much budget left (default: 240)")
+    p.add_argument("--max-procs", type=int, default=8, help="processes at a time, searches included (default: 8)")
+    p.add_argument("--threads", type=int, default=2, help="torch threads per training (default: 2)")
+    p.add_argument("--out", help="campaign folder (default: benchmarks/results/<plan name>)")
+    p.add_argument("--pack", help="write the campaign's files (no checkpoints) into this .tar.gz")
+    p.add_argument("--prepare", action="store_true",
+                   help="only write the control schedules (start-*.json, pba.json) and stop: run it here before a "
+                   "device call, since PBA's published schedule (../shared/reference) does not travel")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        plan = load_plan(args.plan)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"gpu_campaign: error: {e}") from None
+    campaign = Campaign(plan, args)
+    if args.prepare:
+        campaign.write_controls()
+        print(f"wrote {campaign.root / 'schedules'}")
+        return 0
+    return campaign.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

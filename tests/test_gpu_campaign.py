@@ -1,0 +1,77 @@
+"""benchmarks/gpu_campaign.py: a search and the trainings that judge it, in one budgeted call (on the CPU here)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hba_augment.schedule import Schedule
+from hba_augment.search.priors import start_schedule
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+import gpu_campaign  # noqa: E402
+
+_TINY = {
+    "name": "tiny", "data": "", "dataset": "cifar10",
+    "search_args": ["--model", "wrn-10-1", "--epochs", "1", "--train-size", "64", "--val-size", "64", "--batch-size",
+                    "32", "--threads", "1"],
+    "train": {"model": "wrn-10-1", "epochs": 1, "train_size": 64, "extra": "--batch-size 32"},
+    "searches": {"s": "--init uniform:0.3 --prior-decay 1"},
+    "evals": {"val": {"seeds": [0], "test_size": 64, "policies": ["start:s", "hba:s"]}},
+}
+
+
+@pytest.mark.slow
+def test_a_campaign_searches_judges_and_packs(data_dir: Path, tmp_path: Path):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(_TINY))
+    out, pack = tmp_path / "campaign", tmp_path / "campaign.tgz"
+    cmd = [sys.executable, str(REPO / "benchmarks" / "gpu_campaign.py"), str(plan), "--data-root", str(data_dir),
+           "--device", "cpu", "--budget", "240", "--margin", "5", "--min-eval-seconds", "5", "--threads", "1",
+           "--out", str(out), "--pack", str(pack)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    learned = Schedule.load(out / "searches" / "s" / "schedule.json")
+    assert learned.provenance["init"] == "uniform:0.3" and learned.provenance["prior_decay"] == 1.0
+    # The control is the search's own start, held.
+    start = Schedule.load(out / "schedules" / "start-s.json")
+    expected = start_schedule("uniform:0.3")
+    assert np.allclose(start.prob, expected.prob) and np.allclose(start.mag, expected.mag, equal_nan=True)
+    records = sorted(p.name for p in (out / "val" / "results").glob("*.json"))
+    assert records == ["s-seed0.json", "start-s-seed0.json"]
+    table = (out / "val" / "policy_quality.md").read_text()
+    assert "| start-s |" in table and "| s |" in table and "Validation error" in table
+    with tarfile.open(pack) as tar:
+        names = tar.getnames()
+    assert "searches/s/schedule.json" in names and "val/results/s-seed0.json" in names
+    assert not any(n.endswith(".pt") or "/runs/" in n for n in names)  # no checkpoints, no run folders
+    # A second call finds everything done and trains nothing.
+    again = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert again.returncode == 0 and "started" not in again.stdout.replace("started val", "")
+
+
+@pytest.mark.parametrize(("change", "match"), [
+    ({"bogus": 1}, "unknown keys \\['bogus'\\]"),
+    ({"evals": {"val": {"seeds": [0], "policies": ["start:nope"]}}}, "'start:nope' names no search"),
+    ({"evals": {"val": {"seeds": [0], "policies": ["autoaugmentt"]}}}, "unknown policy 'autoaugmentt'"),
+    ({"evals": {"train": {"seeds": [0], "policies": ["none"]}}}, "must be 'val' or 'test'"),
+])
+def test_bad_plans_are_refused(tmp_path: Path, change, match):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({**_TINY, **change}))
+    with pytest.raises(ValueError, match=match):
+        gpu_campaign.load_plan(plan)
+
+
+def test_the_shipped_plans_load():
+    for path in (REPO / "benchmarks" / "campaigns").glob("*.json"):
+        plan = gpu_campaign.load_plan(path)
+        assert (REPO / "benchmarks" / "results" / plan["name"] / "schedules" / "pba.json").exists(), (
+            f"run 'python benchmarks/gpu_campaign.py {path.relative_to(REPO)} --prepare' and commit its schedules")
