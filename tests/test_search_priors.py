@@ -195,3 +195,65 @@ def test_the_command_line_reaches_the_config(capsys):
         with pytest.raises(SystemExit):
             build_parser().parse_args(["--data-dir", "d", "--out", "o", *bad])
         assert said in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------ teacher objective
+def test_teacher_objective_ascends_the_scores_es_estimate(tiny, monkeypatch):
+    search = loop._Search(_config(objective="teacher", init="trivialaugment", teacher_decay=0.9), *tiny,
+                          log=lambda m: None)
+    start = search.hparams.detach().clone()
+    teacher0 = [p.clone() for p in search.teacher.parameters()]
+    seen = {}
+    real = search._teacher_step
+
+    def spy(x, condition, logits, y, eps, global_size):
+        # The score, computed here from the same inputs before the step: hard for the network, easy for the teacher.
+        with torch.no_grad(), loop._frozen_bn_statistics(search.teacher):
+            t = torch.nn.functional.cross_entropy(search.teacher(search._layout(x), condition), y, reduction="none")
+        r = torch.nn.functional.cross_entropy(logits.detach(), y, reduction="none") - t
+        seen["ascent"] = (r - r.mean()) @ eps / (len(y) * search.config.sigma)
+        real(x, condition, logits, y, eps, global_size)
+
+    monkeypatch.setattr(search, "_teacher_step", spy)
+    acc = {k: torch.zeros(()) for k in _ACC_KEYS}
+    pos = search.val_stream.pos
+    search.train_step(torch.arange(32), acc)
+    moved = search.hparams.detach() - start
+    # Adam's first step: lr * a / (|a| + eps) along the ascent a.
+    expected = 0.03 * seen["ascent"] / (seen["ascent"].abs() + 1e-8)
+    torch.testing.assert_close(moved, expected, atol=1e-6, rtol=1e-3)
+    assert search.hgrad_steps == 1 and search.val_stream.pos == pos  # no validation images used
+    # The teacher is the moving average of the trained weights.
+    for t0, t1, w in zip(teacher0, search.teacher.parameters(), search.hm.parameters(), strict=True):
+        torch.testing.assert_close(t1, 0.9 * t0 + 0.1 * w)
+    assert not any(p.requires_grad for p in search.teacher.parameters())
+
+
+def test_teacher_search_resumes_bit_exact(tiny, tmp_path: Path):
+    config = _config(epochs=2, objective="teacher", init="uniform:0.3")
+    quiet = {"progress": False, "log": lambda m: None, "plot": False, "data": tiny}
+    full = run_search(config, tmp_path / "full", **quiet)
+
+    class Stop(Exception):
+        pass
+
+    def stop(metrics):
+        raise Stop
+
+    with pytest.raises(Stop):
+        run_search(config, tmp_path / "cut", on_epoch_end=stop, **quiet)
+    resumed = run_search(config, tmp_path / "cut", resume=True, **quiet)
+    assert np.array_equal(resumed.schedule.prob, full.schedule.prob)
+    assert resumed.schedule.provenance["objective"] == "teacher"
+    assert math.isnan(resumed.metrics[0]["val_loss"]) and resumed.metrics[0]["hypergrad_abs_t_mean"] > 0
+
+
+@pytest.mark.parametrize(("overrides", "match"), [
+    ({"objective": "teacher", "sigma": 0.0}, "sigma must be > 0"),
+    ({"objective": "teacher", "val_bn": "running"}, "no validation steps"),
+    ({"objective": "bogus"}, "objective must be one of \\['hypernetwork', 'teacher'\\], got 'bogus'"),
+    ({"teacher_decay": 1.0}, "teacher_decay must be a number in \\[0, 1\\), got 1.0"),
+])
+def test_bad_teacher_settings(overrides, match):
+    with pytest.raises(ValueError, match=match):
+        _config(**overrides)

@@ -48,6 +48,7 @@ to show in one epoch's 16 steps adds up over a search's 200 epochs.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import math
@@ -105,9 +106,11 @@ _CHECKPOINT_VERSION = 1
 _RESUME_FREE = frozenset({"data_dir", "name", "device"})
 # Fields added after the first checkpoints, and the value those checkpoints were searched with.
 _ADDED_FIELDS = {"val_bn": "batch", "init": "paper", "hyper_input": "hparams", "prior_decay": 0.0,
-                 "hparam_accumulate": 1}
+                 "hparam_accumulate": 1, "objective": "hypernetwork", "teacher_decay": 0.99}
 #: Batch norm in the validation (hyperparameter) steps: the batch's statistics or the running ones.
 VAL_BN = ("batch", "running")
+#: What ``lambda`` descends: the paper's hypergradient of the validation loss, or the teacher objective.
+OBJECTIVES = ("hypernetwork", "teacher")
 
 
 class SearchDivergedError(RuntimeError):
@@ -144,6 +147,19 @@ class SearchConfig:
         hparam_accumulate: validation steps whose mean gradient makes one step of ``lambda`` (``1``: a step
             per validation step, the paper). Averaging ``n`` gradients divides the noise of a step by
             ``sqrt(n)`` and the number of steps by ``n``.
+        objective: what ``lambda`` learns from. ``"hypernetwork"`` (the paper): the validation loss of the
+            hypernetwork conditioned on ``lambda``, differentiated through the hyper-layers (the validation
+            steps). ``"teacher"``: TeachAugment's objective (Suzuki, CVPR 2022) in this search space, with no
+            validation steps: an augmentation should be hard for the network and easy for its teacher, an
+            exponential moving average of the network's weights (``teacher_decay``). Each training image
+            ``i`` scores ``r_i = CE(network(x_i)) - CE(teacher(x_i))`` on its augmented version, and the
+            per-image perturbations ``eps_i`` that drew it give an evolution-strategies estimate of the
+            gradient of the mean score, ``sum_i (r_i - mean r) eps_i / (n sigma)``, which ``lambda`` ascends
+            (one step per training step). It costs one forward pass of the teacher per training step.
+        teacher_decay: the teacher's weights follow the network's as ``t <- decay t + (1 - decay) w``
+            after every training step (``objective="teacher"``). TeachAugment's 0.999 spans about 2.6 epochs
+            of full CIFAR-10 (390 steps each); the default 0.99 spans about 3 epochs of the paper's 4,000
+            images (32 steps each).
         hyper_input: what the hyper-layers are conditioned on: ``"hparams"`` (the paper: each image's
             perturbed ``lambda_i``) or ``"applied"`` (what each image received; see
             :mod:`~hba_augment.search.hyper_input`).
@@ -184,6 +200,8 @@ class SearchConfig:
     init: str = "paper"
     prior_decay: float = 0.0
     hparam_accumulate: int = 1
+    objective: str = "hypernetwork"
+    teacher_decay: float = 0.99
     hyper_input: str = "hparams"
     seed: int = 0
     device: str = "cpu"
@@ -252,6 +270,17 @@ class SearchConfig:
         if self.val_bn not in VAL_BN:
             raise ValueError(f"val_bn must be one of {list(VAL_BN)}, got {self.val_bn!r}")
         parse_init(self.init)
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got {self.objective!r}")
+        if not (isinstance(self.teacher_decay, (int, float)) and 0.0 <= self.teacher_decay < 1.0):
+            raise ValueError(f"teacher_decay must be a number in [0, 1), got {self.teacher_decay!r}")
+        if self.objective == "teacher":
+            if not self.sigma > 0:
+                raise ValueError(f"objective 'teacher' estimates its gradient from the per-image perturbations: "
+                                 f"sigma must be > 0, got {self.sigma!r}")
+            if self.hyper_input != "hparams" or self.val_bn != "batch":
+                raise ValueError("objective 'teacher' has no validation steps: hyper_input must be 'hparams' and "
+                                 "val_bn 'batch'")
         if self.count_probs is None:
             raise ValueError("count_probs must be a sequence of probabilities, got None")
         if self.hyper_input not in HYPER_INPUTS:
@@ -445,6 +474,10 @@ class _Search:
         # --hparam-accumulate: the sum of the gradients since lambda's last step, and their number.
         self.hgrad_pending = torch.zeros_like(self.hparams_start)
         self.hgrad_pending_steps = 0
+        # objective "teacher": an exponential moving average of the network, never trained by gradients.
+        self.teacher: HyperModel | None = None
+        if cfg.objective == "teacher":
+            self.teacher = copy.deepcopy(self.hm).requires_grad_(False)
         self.opt = torch.optim.SGD(self.hm.parameters(), lr=cfg.lr, momentum=cfg.momentum,
                                    nesterov=cfg.nesterov, weight_decay=cfg.wd)
         self.hopt = torch.optim.Adam([self.hparams], lr=cfg.hparam_lr)
@@ -494,6 +527,8 @@ class _Search:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cfg.amp):
             logits = self.net(self._layout(x), condition)
         logits = logits.float()
+        if self.teacher is not None:
+            self._teacher_step(x, condition, logits, y, eps, global_size)
         if self.dist.distributed:
             # DDP averages the ranks' gradients; scaling each shard's summed loss by world / global size
             # makes that average the gradient of the global batch's mean loss, shards of unequal size included.
@@ -505,11 +540,41 @@ class _Search:
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()
+        if self.teacher is not None:
+            with torch.no_grad():
+                teacher, student = list(self.teacher.parameters()), list(self.hm.parameters())
+                torch._foreach_lerp_(teacher, student, 1.0 - self.config.teacher_decay)
         self.step += 1
         with torch.no_grad():
             acc["train_loss"] += loss_sum.detach()
             acc["train_correct"] += (logits.argmax(1) == y).sum()
             acc["train_n"] += n
+
+    def _teacher_step(self, x: Tensor, condition: Tensor, logits: Tensor, y: Tensor, eps: Tensor,
+                      global_size: int) -> None:
+        """Objective ``"teacher"``: step ``lambda`` up the evolution-strategies estimate of the gradient of the
+        mean score ``CE(network) - CE(teacher)`` over this batch's augmented images (see SearchConfig)."""
+        with torch.no_grad():
+            with _frozen_bn_statistics(self.teacher), torch.autocast(self.device.type, dtype=torch.bfloat16,
+                                                                      enabled=self.config.amp):
+                teacher_logits = self.teacher(self._layout(x), condition)
+            score = (F.cross_entropy(logits.detach(), y, reduction="none")
+                     - F.cross_entropy(teacher_logits.float(), y, reduction="none"))
+            # The batch's mean score as the baseline (it lowers the variance; each rank uses its own shard's).
+            weights = (score - score.mean()).to(eps.dtype)
+            ascent = weights @ eps / (global_size * self.config.sigma)
+        _distributed.all_reduce_sum([ascent], self.dist)
+        grad = -ascent.to(self.hparams.dtype)  # Adam descends
+        self._hparam_step(grad)
+        self._record_hypergradient(grad)
+
+    def _record_hypergradient(self, grad: Tensor) -> None:
+        """Add one gradient of ``lambda`` to the epoch's consistency statistics."""
+        with torch.no_grad():
+            g = grad.to(self.hgrad_moments.dtype)
+            self.hgrad_moments[0] += g
+            self.hgrad_moments[1] += g * g
+            self.hgrad_steps += 1
 
     def val_step(self, acc: dict[str, Tensor]) -> None:
         idx = self.val_stream.next()
@@ -543,11 +608,8 @@ class _Search:
         (grad,) = torch.autograd.grad(loss, [self.hparams])
         _distributed.all_reduce_sum([grad], self.dist)
         self._hparam_step(grad)
+        self._record_hypergradient(grad)
         with torch.no_grad():
-            g = grad.to(self.hgrad_moments.dtype)
-            self.hgrad_moments[0] += g
-            self.hgrad_moments[1] += g * g
-            self.hgrad_steps += 1
             acc["val_loss"] += loss_sum.detach()
             acc["val_correct"] += (logits.argmax(1) == y).sum()
             acc["val_n"] += len(y)
@@ -597,7 +659,8 @@ class _Search:
             for o in range(self.outer_per_epoch):
                 for idx in batches[o * cfg.t_train : (o + 1) * cfg.t_train]:
                     self.train_step(idx, sums)
-                for _ in range(cfg.t_val):
+                # The teacher objective steps lambda in the training steps: no validation steps.
+                for _ in range(cfg.t_val if self.teacher is None else 0):
                     self.val_step(sums)
                 if self.on_iteration is not None:
                     self.on_iteration()
@@ -618,7 +681,7 @@ class _Search:
         val_loss = m["val_loss"] / m["val_n"] if m["val_n"] else math.nan
         if not math.isfinite(train_loss):
             raise self._diverged("training loss", train_loss)
-        if self.config.t_val and not math.isfinite(val_loss):
+        if m["val_n"] and not math.isfinite(val_loss):
             raise self._diverged("validation loss", val_loss)
         if not bool(torch.isfinite(self.hparams).all()):
             raise self._diverged("lambda")
@@ -716,6 +779,8 @@ class _Search:
             "init": cfg.init,
             "prior_decay": cfg.prior_decay,
             "hparam_accumulate": cfg.hparam_accumulate,
+            "objective": cfg.objective,
+            **({"teacher_decay": cfg.teacher_decay} if cfg.objective == "teacher" else {}),
             "hyper_input": cfg.hyper_input,
             "channels_last": self.channels_last,
             "amp": cfg.amp,
@@ -739,6 +804,7 @@ class _Search:
             optimizer=self.opt.state_dict(),
             hparam_optimizer=self.hopt.state_dict(),
             hparams=self.hparams.detach().cpu().clone(),
+            **({"teacher": self.teacher.state_dict()} if self.teacher is not None else {}),
             hgrad_pending=self.hgrad_pending.cpu().clone(),
             hgrad_pending_steps=self.hgrad_pending_steps,
             val_stream={"perm": self.val_stream.perm.clone(), "pos": self.val_stream.pos},
@@ -758,6 +824,8 @@ class _Search:
             data_mismatch="the training/validation images differ from the checkpoint's (different data files?)",
         )
         self.hm.load_state_dict(state["model"])
+        if self.teacher is not None:
+            self.teacher.load_state_dict(state["teacher"])
         self.opt.load_state_dict(state["optimizer"])
         self.hopt.load_state_dict(state["hparam_optimizer"])
         with torch.no_grad():
@@ -849,8 +917,10 @@ def run_search(
         + (f" x {search.dist.world_size} processes (DDP)" if search.dist.distributed else ""))
 
     def report(metrics: dict[str, Any], remaining: float) -> tuple[str, dict[str, str]]:
+        val = (f" | val loss {metrics['val_loss']:.4f} acc {metrics['val_acc']:.3f}"
+               if math.isfinite(metrics["val_loss"]) else "")  # the teacher objective has no validation steps
         line = (f"epoch {metrics['epoch'] + 1}/{config.epochs}: train loss {metrics['train_loss']:.4f} "
-                f"acc {metrics['train_acc']:.3f} | val loss {metrics['val_loss']:.4f} acc {metrics['val_acc']:.3f} "
+                f"acc {metrics['train_acc']:.3f}{val} "
                 f"| lr {metrics['lr']:.4g} | mean p {metrics['mean_prob']:.3f} | "
                 f"{metrics['epoch_seconds']:.1f} s/epoch, ETA {remaining / 60:.1f} min")
         return line, {"loss": f"{metrics['train_loss']:.3f}", "val": f"{metrics['val_loss']:.3f}"}
