@@ -82,7 +82,8 @@ class Campaign:
         self.root = Path(args.out).resolve() if args.out else RESULTS / plan["name"]
         self.data = Path(args.data_root) / plan["data"]
         self.start = time.monotonic()
-        self.procs: list[tuple[str, subprocess.Popen[bytes], Any]] = []
+        # (label, process, its log file, the runs it may have going at once)
+        self.procs: list[tuple[str, subprocess.Popen[bytes], Any, int]] = []
 
     # -- paths and policies -------------------------------------------------------------------------
     def search_dir(self, name: str) -> Path:
@@ -139,13 +140,13 @@ class Campaign:
                 *self.plan.get("search_args", []), *shlex.split(options), "--out", str(self.search_dir(name)),
                 "--name", name]
 
-    def launch(self, label: str, cmd: list[str], log: Path) -> None:
+    def launch(self, label: str, cmd: list[str], log: Path, slots: int = 1) -> None:
         log.parent.mkdir(parents=True, exist_ok=True)
         handle = open(log, "a", encoding="utf-8")  # closed in stop_all, once the process has ended
         handle.write(f"$ {shlex.join(cmd)}\n")
         handle.flush()
         proc = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
-        self.procs.append((label, proc, handle))
+        self.procs.append((label, proc, handle, slots))
         print(f"[{time.monotonic() - self.start:5.0f} s] started {label}", flush=True)
 
     def start_searches(self) -> list[str]:
@@ -172,17 +173,18 @@ class Campaign:
                "--out", str(self.root / split)]
         if spec.get("test_size"):
             cmd += ["--test-size", str(spec["test_size"])]
-        self.launch(f"{split}: {', '.join(policies)}", cmd, self.root / split / "log.txt")
+        self.launch(f"{split}: {', '.join(policies)}", cmd, self.root / split / "log.txt", max(1, jobs))
 
     def running(self) -> int:
-        return sum(proc.poll() is None for _, proc, _ in self.procs)
+        """Runs (searches and trainings) that may be going now."""
+        return sum(slots for _, proc, _, slots in self.procs if proc.poll() is None)
 
     def stop_all(self) -> None:
-        for label, proc, _ in self.procs:
+        for label, proc, _, _ in self.procs:
             if proc.poll() is None:
                 print(f"stopping {label} (budget reached)", flush=True)
                 os.killpg(proc.pid, 15)
-        for _, proc, handle in self.procs:
+        for _, proc, handle, _ in self.procs:
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -199,9 +201,9 @@ class Campaign:
         def launch_ready() -> None:
             for split, policies in pending.items():
                 ready = [p for p in policies if self.ready(p)]
-                if ready and self.left() > self.args.min_eval_seconds:
-                    jobs = min(self.args.max_procs - self.running(),
-                               len(ready) * len(self.plan["evals"][split]["seeds"]))
+                free = self.args.max_procs - self.running()
+                if ready and free > 0 and self.left() > self.args.min_eval_seconds:
+                    jobs = min(free, len(ready) * len(self.plan["evals"][split]["seeds"]))
                     self.start_evals(split, ready, jobs)
                     pending[split] = [p for p in policies if p not in ready]
 

@@ -912,8 +912,10 @@ def run_search(
     # One iteration = t_train SGD steps then t_val hyperparameter steps; the metrics count the SGD steps.
     log(f"search: {config.model} ({config.strategy}) on {search.n_train} train / {search.n_val} val images, "
         f"{_runner.plural(config.epochs, 'epoch')} x {_runner.plural(search.steps_per_epoch, 'SGD step')} "
-        f"({_runner.plural(search.outer_per_epoch, 'iteration')} of {_runner.plural(config.t_train, 'SGD step')} + "
-        f"{_runner.plural(config.t_val, 'hyperparameter step')}), device {describe_device(search.device)}"
+        + (f"({_runner.plural(search.outer_per_epoch, 'iteration')} of {_runner.plural(config.t_train, 'SGD step')} + "
+           f"{_runner.plural(config.t_val, 'hyperparameter step')})" if config.objective == "hypernetwork" else
+           "(objective teacher: a step of lambda in every SGD step)")
+        + f", device {describe_device(search.device)}"
         + (f" x {search.dist.world_size} processes (DDP)" if search.dist.distributed else ""))
 
     def report(metrics: dict[str, Any], remaining: float) -> tuple[str, dict[str, str]]:
