@@ -29,12 +29,11 @@ if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
 
 __all__ = ["HBAPolicy", "Schedule", "__version__", "available_policies", "functional", "load_pretrained"]
 
-# name -> submodule that defines it ("functional" is the submodule itself).
+# name -> submodule that defines it; "functional" is a submodule itself.
 _LAZY = {
-    "functional": "functional",
     "HBAPolicy": "policy",
     "Schedule": "schedule",
     "available_policies": "pretrained",
     "load_pretrained": "pretrained",
 }
-__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY, submodules=("functional",))

@@ -72,10 +72,10 @@ from hba_augment._version import __version__
 from hba_augment.functional._table import MAGNITUDE_OPS, OPS
 from hba_augment.models import create_model
 from hba_augment.schedule import Schedule
+from hba_augment.search._hyperize import STRATEGIES, HyperModel, hyperize
 from hba_augment.search._presets import DEFAULT_PRESET, PRESETS
 from hba_augment.search.hparams import NUM_HPARAMS, NUM_PROB_HPARAMS, hparams_to_policy, init_hparams
 from hba_augment.search.hyper_input import HYPER_INPUTS, applied_input, expected_applied_input
-from hba_augment.search.hyperize import STRATEGIES, HyperModel, hyperize
 from hba_augment.search.priors import parse_init, prior_policy
 
 __all__ = [
@@ -125,7 +125,7 @@ class SearchConfig:
         dataset: one of ``hba_augment.datasets.DATASETS``.
         data_dir: where the dataset lives (see :func:`hba_augment.datasets.load_dataset`).
         model: a name for :func:`hba_augment.models.create_model`, e.g. ``"wrn-40-2"``.
-        strategy: weight-sharing strategy (:data:`hba_augment.search.hyperize.STRATEGIES`, not ``"none"``).
+        strategy: weight-sharing strategy (:data:`hba_augment.search.STRATEGIES`, not ``"none"``).
         epochs: search epochs = schedule entries.
         train_size, val_size: sizes of the disjoint, class-balanced training and validation subsets drawn
             (with ``seed``) from the dataset's training split.
