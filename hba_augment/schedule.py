@@ -13,16 +13,19 @@ import math
 import numbers
 import operator
 import os
+import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from ._io import atomic_open
-from .functional._table import NUM_OPS, OP_NAMES, OPS
+from ._space import DEFAULT_COUNT_PROBS, NUM_COPIES, OP_NAMES, OP_RANGES
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["Schedule"]
 
@@ -34,9 +37,7 @@ VERSION = 2
 READABLE_VERSIONS = (1, 2)
 _SOLARIZE = OP_NAMES.index("Solarize")
 _POSTERIZE = OP_NAMES.index("Posterize")
-NUM_COPIES = 2
-#: Distribution of the number K of ops applied per image (SPEC section 2): P(K=0), P(K=1), P(K=2).
-DEFAULT_COUNT_PROBS: tuple[float, ...] = (0.2, 0.3, 0.5)
+NUM_OPS = len(OP_NAMES)
 # K counts applied slots, so it can never exceed the 30 slots of the template.
 _MAX_COUNT = NUM_COPIES * NUM_OPS
 _SUM_TOLERANCE = 1e-6
@@ -46,12 +47,19 @@ _SIGNIFICANT_DIGITS = 6
 _KEYS = ("format", "version", "name", "ops", "count_probs", "epochs", "entries", "provenance")
 _ENTRY_KEYS = ("epoch", "prob", "mag")
 
-_HAS_MAG = np.array([spec.has_magnitude for spec in OPS])
-_LOW = np.array([spec.low if spec.has_magnitude else np.nan for spec in OPS], dtype=np.float64)
-_HIGH = np.array([spec.high if spec.has_magnitude else np.nan for spec in OPS], dtype=np.float64)
+_HAS_MAG = np.array([op.has_magnitude for op in OP_RANGES])
+_LOW = np.array([op.low if op.has_magnitude else np.nan for op in OP_RANGES], dtype=np.float64)
+_HIGH = np.array([op.high if op.has_magnitude else np.nan for op in OP_RANGES], dtype=np.float64)
 # A float32 range end (0.3f, 0.2f) lies just outside the float64 range; values that far out are float32
 # rounding of a bound, not a different magnitude, and are set to the bound. 1e-6 relative is 10x float32's.
 _SNAP = 1e-6 * np.fmax(np.abs(_LOW), np.abs(_HIGH))
+
+
+def _is_tensor(value: Any) -> bool:
+    # torch is imported only where a tensor goes in or out, so that reading a schedule (hba-augment show)
+    # does not import it; a tensor cannot exist before torch is imported.
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
 
 
 def _slot(field: str, s: int, c: int, k: int) -> str:
@@ -71,9 +79,11 @@ def _check_int(value: Any, what: str, minimum: int) -> int:
 
 
 def _check_count_probs(count_probs: Any) -> tuple[float, ...]:
-    if isinstance(count_probs, (str, bytes, Mapping)) or not isinstance(count_probs, (Sequence, np.ndarray, torch.Tensor)):
+    if isinstance(count_probs, (str, bytes, Mapping)) or not (
+        isinstance(count_probs, (Sequence, np.ndarray)) or _is_tensor(count_probs)
+    ):
         raise ValueError(f"count_probs must be a sequence of probabilities, got {count_probs!r}")
-    values = list(count_probs.tolist() if isinstance(count_probs, (np.ndarray, torch.Tensor)) else count_probs)
+    values = list(count_probs if isinstance(count_probs, Sequence) else count_probs.tolist())
     if not 1 <= len(values) <= _MAX_COUNT + 1:
         raise ValueError(f"count_probs must have 1 to {_MAX_COUNT + 1} entries (P(K=0), P(K=1), ...), got {len(values)}")
     out = []
@@ -100,7 +110,7 @@ def _check_provenance(provenance: Any) -> dict[str, Any]:
 
 
 def _as_array(values: Any, field: str) -> np.ndarray:
-    if isinstance(values, torch.Tensor):
+    if _is_tensor(values):
         values = values.detach().cpu().double().numpy()
     try:
         array = np.array(values, dtype=np.float64)
@@ -266,7 +276,7 @@ class Schedule:
         epochs = _check_int(epochs, "epochs", 1)
         arrays = []
         for field, values in (("prob", prob), ("mag", mag)):
-            if isinstance(values, torch.Tensor):
+            if _is_tensor(values):
                 values = values.detach().cpu().double().numpy()
             try:
                 array = np.array(values, dtype=np.float64)
@@ -448,6 +458,8 @@ class Schedule:
             (prob, mag): float32 tensors of shape ``(2, 15)`` on the CPU; ``mag`` is NaN for the ops
             without a magnitude.
         """
+        import torch
+
         s = self.index(epoch, total_epochs)
         return (
             torch.tensor(self._prob[s], dtype=torch.float32),

@@ -129,7 +129,7 @@ def test_op_names_are_listed_only_in_the_table():
     pattern = re.compile("|".join(rf"[\"']{name}[\"']" for name in OP_NAMES))
     offenders = []
     for path in PACKAGE.rglob("*.py"):
-        if path.name == "_table.py":
+        if path.name in ("_table.py", "_space.py"):  # the kernels' table; the torch-free names and ranges
             continue
         starts = [m.start() for m in pattern.finditer(path.read_text())]
         if any(b - a < 200 for a, b in zip(starts, starts[2:], strict=False)):
@@ -190,3 +190,13 @@ def test_lazy_exports_refuse_a_name_defined_in_a_submodule_of_the_same_name():
         lazy_exports("hba_augment.search", {}, {"hyperize": "hyperize", "STRATEGIES": "hyperize"})
     with pytest.raises(ValueError, match=r"\['functional'\]"):
         lazy_exports("hba_augment", {}, {"functional": "functional"}, submodules=("functional",))
+
+
+def test_the_torch_free_op_table_agrees_with_the_kernels_table():
+    # hba_augment._space holds the names and ranges that schedules are validated against without torch;
+    # functional's OPS pairs each op with its kernel. Until OPS is built from _space, both must agree.
+    from hba_augment import _space, functional
+
+    assert [(op.name, op.low, op.high, op.signed) for op in functional.OPS] == [tuple(op) for op in _space.OP_RANGES]
+    assert _space.MAGNITUDE_OPS == functional.MAGNITUDE_OPS and _space.OP_NAMES == functional.OP_NAMES
+    assert (_space.NUM_COPIES, _space.DEFAULT_COUNT_PROBS) == (functional.NUM_COPIES, functional.DEFAULT_COUNT_PROBS)

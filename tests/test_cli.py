@@ -95,6 +95,26 @@ def test_help_version_and_parse_errors_do_not_import_torch():
 
 
 # ------------------------------------------------------------------------------------------ show
+def test_show_does_not_import_torch(schedule_file: Path, tmp_path: Path):
+    # Printing a JSON file took 3-5 s while torch and torchvision were imported; the schedule's validation
+    # reads the torch-free op table (hba_augment._space). One fresh interpreter runs show on a shipped
+    # name, a file, a file with --plot (matplotlib, but not torch) and a bad file, and reports torch.
+    plot = tmp_path / "p.png"
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    code = ("import contextlib, io, sys\n"
+            "from hba_augment.cli import main\n"
+            f"for argv in (['show', 'cifar10'], ['show', {str(schedule_file)!r}, '--epoch', '2'],\n"
+            f"             ['show', {str(schedule_file)!r}, '--plot', {str(plot)!r}], ['show', {str(bad)!r}]):\n"
+            "    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+            "        status = main(argv)\n"
+            "    print(status, 'torch' in sys.modules)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == ["0 False", "0 False", "0 False", "2 False"]
+    assert plot.read_bytes().startswith(PNG_MAGIC)
+
+
 def test_show_prints_table_and_plots(schedule_file: Path, tmp_path: Path, capsys):
     assert main(["show", str(schedule_file), "--epoch", "2"]) == 0
     out = capsys.readouterr().out
