@@ -15,14 +15,9 @@ __all__ = ["DEFAULT_COUNT_PROBS", "MAGNITUDE_OPS", "NUM_COPIES", "OP_NAMES", "OP
 
 
 class OpRange(NamedTuple):
-    """An op's name and the range of the unsigned magnitudes a schedule stores for it.
-
-    Attributes:
-        name: canonical name, e.g. ``"ShearX"``.
-        low: lower end of the magnitude range, or ``None`` for ops without a magnitude.
-        high: upper end of the magnitude range, or ``None``.
-        signed: whether the magnitude is negated with probability 0.5 each time the op is applied.
-    """
+    """An op's canonical name, the range ``[low, high]`` of the unsigned magnitudes a schedule stores for
+    it (both ``None`` for the three ops without a magnitude), and whether a random sign is drawn for it
+    each time it is applied (the contract, section 1)."""
 
     name: str
     low: float | None
