@@ -32,6 +32,7 @@ from torch import Tensor
 
 from hba_augment import _distributed
 from hba_augment._baselines import BASELINES
+from hba_augment._cli_common import option
 from hba_augment._io import atomic_open
 
 __all__ = [
@@ -377,7 +378,7 @@ def open_run(
         out.mkdir(parents=True, exist_ok=True)
         existing = [p.name for key, p in files.items() if key in guarded and p.exists()]
         if existing and not resume:
-            problem = (f"{out} already holds {', '.join(existing)}; pass resume=True (--resume) to continue that "
+            problem = (f"{out} already holds {', '.join(existing)}; pass {option('resume', True)} to continue that "
                        f"{what}, or choose another output folder")
     # Every rank fails with rank 0's verdict (a rank that went on alone would wait for the others forever).
     problem = _distributed.broadcast_object(problem, ctx)

@@ -63,7 +63,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hba_augment import _distributed, _runner, functional
+from hba_augment import _cli_common, _distributed, _runner, functional
 from hba_augment._runner import (
     LR_SCHEDULES as LR_SCHEDULES,  # re-exported (this module defined it before _runner existed)
 )
@@ -898,7 +898,7 @@ def run_search(
         # Checked before any work: a search of hours must not end in an ImportError.
         missing = missing_plot_dependency()
         if missing is not None:
-            log(f"warning: {missing}; {PLOT_FILE} will not be written (--no-plot or plot=False silences this)")
+            log(f"warning: {missing}; {PLOT_FILE} will not be written ({_cli_common.option('plot', False)} silences this)")
             plot = False
     if data is None:
         train, val, source = _load_data(config)

@@ -55,7 +55,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hba_augment import _distributed, _runner
+from hba_augment import _cli_common, _distributed, _runner
 from hba_augment._io import atomic_open
 from hba_augment._version import __version__
 
@@ -347,7 +347,7 @@ class TrainConfig:
         kind, arg = parse_policy(self.policy)
         if kind == "cutout" and self.cutout == 0:
             raise ValueError(f"policy 'cutout' needs a Cutout size, but the {self.preset} preset has none; "
-                             "pass cutout (--cutout SIZE)")
+                             f"pass {_cli_common.option('cutout', 'SIZE', placeholder=True)}")
         if kind == "hba":
             _load_hba(arg, self.epochs)
 
