@@ -448,8 +448,13 @@ class Schedule:
             total_epochs (int, optional): training length T >= 1; ``None`` means the schedule's own length S.
         """
         epoch = _check_int(epoch, "epoch", 0)
-        total = self.epochs if total_epochs is None else _check_int(total_epochs, "total_epochs", 1)
-        return min(epoch * self.epochs // total, self.epochs - 1)
+        total = None if total_epochs is None else _check_int(total_epochs, "total_epochs", 1)
+        return self._index(epoch, total)
+
+    def _index(self, epoch: int, total_epochs: int | None) -> int:
+        # index() without its checks, for callers that checked both values once already (HBAPolicy checks
+        # the epoch in set_epoch and total_epochs in its constructor, not on every image).
+        return min(epoch * self.epochs // (total_epochs or self.epochs), self.epochs - 1)
 
     def at(self, epoch: int, total_epochs: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The policy at a training epoch (see :meth:`index`).
@@ -458,12 +463,15 @@ class Schedule:
             (prob, mag): float32 tensors of shape ``(2, 15)`` on the CPU; ``mag`` is NaN for the ops
             without a magnitude.
         """
+        return self._entry(self.index(epoch, total_epochs))
+
+    def _entry(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        # at() of an index that index() returned.
         import torch
 
-        s = self.index(epoch, total_epochs)
         return (
-            torch.tensor(self._prob[s], dtype=torch.float32),
-            torch.tensor(self._mag[s], dtype=torch.float32),
+            torch.tensor(self._prob[index], dtype=torch.float32),
+            torch.tensor(self._mag[index], dtype=torch.float32),
         )
 
     # ------------------------------------------------------------------ display
