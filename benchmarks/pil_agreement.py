@@ -1,4 +1,4 @@
-"""How closely the op kernels of ``hba_augment.functional`` agree with the PIL calls of SPEC section 1.
+"""How closely the op kernels of ``hba_augment.functional`` agree with the PIL calls of the contract, section 1.
 
 On lossless CIFAR-10 images (``data_batch_1`` of the official python layout) this applies every op over a
 grid of magnitudes, once with the kernel (on a uint8 batch, fill 0, NEAREST or with ``--interpolation
@@ -11,7 +11,7 @@ tests/test_ops_pil.py) and is listed as such.
 
 Conventions (``reference_pba.PIL_OPS``, which the tests use too): TranslateX m is PIL ``AFFINE (1, 0, round(m W), 0, 1, 0)`` (the
 TF/PBA reference: positive m moves the content left), Rotate m is ``rotate(m)`` (counter-clockwise),
-Solarize m (a strength, SPEC section 1) is ``solarize(img, 256 - m)``, Posterize m keeps ``8 - round(m)``
+Solarize m (a strength, the contract, section 1) is ``solarize(img, 256 - m)``, Posterize m keeps ``8 - round(m)``
 bits (m = 8, 0 bits: black, through PIL's former lookup table since Pillow 11 refuses ``posterize(img, 0)``).
 
 Usage::

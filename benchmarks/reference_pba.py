@@ -1,8 +1,8 @@
 """Reference: PBA's augmentation template applied image by image with PIL, as PBA does it.
 
 This is the baseline that ``hba_augment.functional.augment`` replaces: one PIL image at a time, the 15 ops
-of SPEC section 1 as the PIL calls the SPEC names (NEAREST resampling, fill 0 unless told otherwise), and
-the template of SPEC section 2 drawn with Python's ``random`` (PBA's own loop: shuffle the 30 slots, flip
+of the contract's section 1 as the PIL calls it names (NEAREST resampling, fill 0 unless told otherwise), and
+the template of the contract, section 2 drawn with Python's ``random`` (PBA's own loop: shuffle the 30 slots, flip
 each slot's coin in that order, stop after K applied ops). It exists to be timed against the batched
 implementation (``benchmarks/throughput.py``) and to check that both draw the same distribution
 (``tests/test_reference_pba.py``); it is not part of the package.
@@ -10,13 +10,13 @@ implementation (``benchmarks/throughput.py``) and to check that both draw the sa
 Op conventions, identical to ``tests/test_ops_pil.py``: ShearX ``AFFINE (1, s, 0, 0, 1, 0)``, TranslateX
 ``AFFINE (1, 0, round(m W), 0, 1, 0)`` (positive m moves the content left, as PBA), Rotate
 ``rotate(m)`` (counter-clockwise), Solarize ``solarize(256 - m)``, Posterize keeps ``8 - round(m)`` bits
-(strengths, SPEC section 1: 0 changes nothing, Posterize 8 gives black), Cutout paints a
+(strengths, the contract, section 1: 0 changes nothing, Posterize 8 gives black), Cutout paints a
 ``round(m H) x round(m W)`` patch centred on a uniformly drawn pixel, clipped at the borders.
 
 Usage::
 
     from reference_pba import PBATemplate
-    template = PBATemplate(prob, mag)            # (2, 15) arrays, SPEC magnitudes; seed=... for a stream
+    template = PBATemplate(prob, mag)            # (2, 15) arrays, schedule magnitudes; seed=... for a stream
     out = template(pil_image)                     # mode "L" or "RGB"
 """
 
@@ -108,11 +108,11 @@ if tuple(PIL_OPS) != OP_NAMES:  # the table is the one list of ops; this file mu
 
 
 class PBATemplate:
-    """PBA's template (SPEC section 2) on one PIL image per call, with Python's ``random``.
+    """PBA's template (the contract, section 2) on one PIL image per call, with Python's ``random``.
 
     Args:
         prob: ``(2, 15)`` slot probabilities in [0, 1] (copy 0, then copy 1, ops in canonical order).
-        mag: ``(2, 15)`` unsigned magnitudes in the ops' SPEC units (ignored for ops without one).
+        mag: ``(2, 15)`` unsigned magnitudes in the ops' schedule units (ignored for ops without one).
         count_probs: ``count_probs[k]`` is the probability that at most ``k`` ops are applied.
         fill: value of uncovered pixels and of the Cutout patch, 0..255, one number or one per channel.
         seed: seed of this template's own ``random.Random`` stream (``None``: seeded from the OS).

@@ -9,6 +9,9 @@ Layers, each importing only those below it:
   :mod:`hba_augment.train` (policy evaluation), over the parts they share: :mod:`hba_augment.datasets`,
   :mod:`hba_augment.models` and the run driver (``_runner``, ``_distributed``).
 
+What the package promises is written down in ``docs/contract.md`` (the README links it); comments cite
+its sections as "the contract, section N".
+
 The public names are imported on first use (PEP 562), so that ``import hba_augment`` and the
 ``hba-augment`` command's ``--help`` / ``--version`` do not pay for importing torch (about 5 s on a busy
 machine); ``from hba_augment import HBAPolicy`` works as usual.

@@ -1,4 +1,4 @@
-"""``HBAPolicy``: a learned, epoch-aware HBA schedule as a torchvision-style transform (SPEC section 5)."""
+"""``HBAPolicy``: a learned, epoch-aware HBA schedule as a torchvision-style transform (the contract, section 5)."""
 
 from __future__ import annotations
 
@@ -146,7 +146,7 @@ def _resolve_policy(policy: str | os.PathLike[str] | Schedule) -> Schedule:
 class HBAPolicy(torch.nn.Module):
     r"""Augment images with a learned HBA schedule (Chen & Chang, ICCV 2021), one policy per epoch.
 
-    Each call augments every image independently with PBA's template (SPEC section 2): draw the number of
+    Each call augments every image independently with PBA's template (the contract, section 2): draw the number of
     ops ``K`` from the schedule's ``count_probs``, visit the 30 slots (15 ops x 2 copies) in a random
     order and apply each with its probability and magnitude (random sign for the geometric ops) until
     ``K`` ops have been applied. The policy used is the schedule's entry for the current epoch, scaled

@@ -1,7 +1,7 @@
-"""Learned augmentation schedules: one policy per search epoch (SPEC section 4).
+"""Learned augmentation schedules: one policy per search epoch (the contract, section 4).
 
 A :class:`Schedule` holds, for each of ``S`` search epochs, the probability and magnitude of the 30
-slots (2 copies x 15 ops) of PBA's template (SPEC section 2), plus the distribution of the number of
+slots (2 copies x 15 ops) of PBA's template (the contract, section 2), plus the distribution of the number of
 ops applied per image. It is what ``hba-augment search`` writes and what :class:`~hba_augment.HBAPolicy`
 reads; the JSON format is validated on load and on construction, so a schedule that exists is valid.
 """
@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 __all__ = ["Schedule"]
 
 FORMAT = "hba-schedule"
-#: The format version this package writes. Version 2 holds Solarize and Posterize as strengths (SPEC
-#: section 1); version 1 held PIL's raw threshold and bit count, and is converted on load.
+#: The format version this package writes (the contract, section 4). Version 2 holds Solarize and Posterize
+#: as strengths; version 1 held PIL's raw threshold and bit count, and is converted on load.
 VERSION = 2
 #: Versions :meth:`Schedule.from_dict` reads.
 READABLE_VERSIONS = (1, 2)
@@ -289,7 +289,7 @@ class Schedule:
 
     @classmethod
     def from_dict(cls, data: Any) -> Schedule:
-        """Build a schedule from the JSON structure of SPEC section 4 (as returned by ``json.load``).
+        """Build a schedule from the JSON structure of the contract, section 4 (as returned by ``json.load``).
 
         Raises:
             ValueError: on any violation of the format, naming the field.
@@ -392,7 +392,7 @@ class Schedule:
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
-        """The JSON structure of SPEC section 4, at full float precision (``null`` for NaN magnitudes)."""
+        """The JSON structure of the contract, section 4, at full float precision (``null`` for NaN magnitudes)."""
         return self._to_dict(round_floats=False)
 
     def _to_dict(self, round_floats: bool) -> dict[str, Any]:

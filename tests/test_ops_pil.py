@@ -1,6 +1,6 @@
-"""Agreement of the 15 op kernels with the PIL calls of SPEC section 1, on real lossless CIFAR-10 images.
+"""Agreement of the 15 op kernels with the PIL calls of the contract, section 1, on real lossless CIFAR-10 images.
 
-Conventions checked here (SPEC section 1 plus the TF/PBA reference implementation):
+Conventions checked here (the contract, section 1 plus the TF/PBA reference implementation):
 
 - ShearX with magnitude s is PIL ``AFFINE (1, s, 0, 0, 1, 0)``; ShearY is ``(1, 0, 0, s, 1, 0)``.
 - TranslateX with magnitude m is PIL ``AFFINE (1, 0, round(m * W), 0, 1, 0)`` exactly as the TF/PBA
@@ -9,7 +9,7 @@ Conventions checked here (SPEC section 1 plus the TF/PBA reference implementatio
   the opposite of torchvision's ``F.affine(translate=...)``; the sign is drawn at random anyway.
 - Rotate with magnitude d is PIL ``rotate(d)``: counter-clockwise about the centre.
 
-Tolerances (SPEC section 1): pointwise ops exactly; blends, Equalize and AutoContrast within one 8-bit
+Tolerances (the contract, section 1): pointwise ops exactly; blends, Equalize and AutoContrast within one 8-bit
 level; NEAREST geometric ops on all but a small fraction of pixels (integer translations exactly).
 """
 
@@ -38,7 +38,7 @@ GEOMETRIC_MAX_FRACTION_PER_IMAGE = 0.05
 
 
 # ----------------------------------------------------------------------------------------------------
-# Converting between tensors and PIL images, and the PIL references of SPEC section 1.
+# Converting between tensors and PIL images, and the PIL references of the contract, section 1.
 # ----------------------------------------------------------------------------------------------------
 
 
@@ -327,7 +327,7 @@ class TestSolarize(_PILCase):
     OP, FUNC, KIND = "Solarize", "solarize", "exact"
     MAGNITUDES = (0.0, 1.0, 64.0, 127.5, 128.0, 200.0, 255.0)
 
-    # Strength m inverts the levels >= 256 - m (SPEC section 1): 0 none, 255 all but level 0.
+    # Strength m inverts the levels >= 256 - m (the contract, section 1): 0 none, 255 all but level 0.
     @pytest.mark.parametrize("strength", [0, 0.5, 1, 100, 127.5, 128, 254.5, 255])
     def test_all_levels(self, strength):
         image = torch.arange(256, dtype=torch.uint8).reshape(1, 16, 16)

@@ -1,4 +1,4 @@
-"""HBAPolicy (SPEC sections 2 and 5): template statistics, epochs, workers, seeding, input types, validation."""
+"""HBAPolicy (the contract, sections 2 and 5): template statistics, epochs, workers, seeding, input types, validation."""
 
 from __future__ import annotations
 

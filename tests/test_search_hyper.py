@@ -399,7 +399,7 @@ def test_identity_init_starts_the_enhancers_at_factor_one_and_leaves_the_rest(ci
 
 
 def test_initial_policy_is_mild_on_real_images(cifar_images):
-    """SPEC section 1: the initial magnitudes of Solarize and Posterize (strengths) barely change an image.
+    """the contract, section 1: the initial magnitudes of Solarize and Posterize (strengths) barely change an image.
 
     With raw thresholds and bits (format version 1) the same initial values inverted 97% of the pixels and
     turned images black.

@@ -1,4 +1,4 @@
-"""The hypernetwork search that learns HBA schedules (paper section 3, SPEC section 6).
+"""The hypernetwork search that learns HBA schedules (paper section 3, the contract, section 6).
 
 * :mod:`~hba_augment.search.hyper`: hyper-layers ``HyperConv2d``, ``HyperLinear``, ``HyperBatchNorm2d``;
 * ``hyperize(model, num_hparams, strategy)`` -> ``HyperModel`` (module ``_hyperize``: private, so that it

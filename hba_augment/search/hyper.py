@@ -1,4 +1,4 @@
-"""Hyper-layers: layers whose weights are a rank-1 linear function of the hyperparameters (SPEC section 6).
+"""Hyper-layers: layers whose weights are a rank-1 linear function of the hyperparameters (the contract, section 6).
 
 For a layer with weight ``W`` (``c_out`` rows) and hyperparameters ``lambda`` (``n`` values), a hyper-layer
 holds ``phi_0`` and ``phi_U`` shaped like ``W`` and ``phi_V`` of shape ``(c_out, n)`` and uses

@@ -1,4 +1,4 @@
-"""The HBA search loop (paper Algorithm 2, SPEC section 6).
+"""The HBA search loop (paper Algorithm 2, the contract, section 6).
 
 One *outer iteration*:
 
@@ -167,7 +167,7 @@ class SearchConfig:
         device: e.g. ``"cpu"``, ``"cuda"``, ``"cuda:1"``.
         image_size, classes, download: passed to ``load_dataset``.
         flip, crop_padding, cutout: the baseline augmentation after the policy (``0`` disables).
-        count_probs: distribution of the number of ops per image (SPEC section 2); ``None``: the starting
+        count_probs: distribution of the number of ops per image (the contract, section 2); ``None``: the starting
             policy's (PBA's ``(0.2, 0.3, 0.5)``, or ``(1/14, 13/14)`` for ``trivialaugment``).
         channels_last: keep activations in channels-last memory format (``None``: on CPU only, where it
             measured about 15% faster for WRN-40-2; a layout choice, results agree up to rounding).
