@@ -927,7 +927,7 @@ def run_search(
 
     _runner.run_epochs(search, epochs=config.epochs, records=search.metrics, checkpoint=files["checkpoint"],
                records_file=files["metrics"], seconds_key="epoch_seconds", ticks_per_epoch=search.outer_per_epoch,
-               tick_hook="on_iteration", desc="search", unit="it", report=report, progress=progress, log=log,
+               set_tick=lambda tick: setattr(search, "on_iteration", tick), desc="search", unit="it", report=report, progress=progress, log=log,
                on_epoch_end=on_epoch_end)
 
     schedule = search.schedule(command)

@@ -784,6 +784,10 @@ class _Trainer:
     def save_checkpoint(self, path: Path) -> None:
         _runner.save_checkpoint(self.state_dict(), path)  # every rank builds it, rank 0 writes
 
+    def set_tick(self, tick: _runner.Tick | None) -> None:
+        """Call ``tick`` after every training step (the run driver's progress bar); ``None``: nothing."""
+        self.on_step = tick
+
     def close(self) -> None:
         # Persistent workers are shut down with their iterator; drop it explicitly.
         self.loader = None
@@ -869,7 +873,7 @@ def train_and_evaluate(
     try:
         _runner.run_epochs(trainer, epochs=config.epochs, records=trainer.history, checkpoint=files["checkpoint"],
                    records_file=files["history"], seconds_key="seconds", ticks_per_epoch=trainer.steps_per_epoch,
-                   tick_hook="on_step", desc=f"train {config.policy}", unit="step", report=report,
+                   set_tick=trainer.set_tick, desc=f"train {config.policy}", unit="step", report=report,
                    progress=progress, log=log, on_epoch_end=on_epoch_end)
     finally:
         trainer.close()
