@@ -31,24 +31,30 @@ __all__ = [
 _COMMAND_LINE: contextvars.ContextVar[bool] = contextvars.ContextVar("hba_augment_command_line", default=False)
 
 
-def option(name: str, value: Any, *, placeholder: bool = False) -> str:
-    """How the caller spells the setting ``name = value``, for a message that asks for it.
+_NAME_ONLY: Any = object()
 
-    A library caller reads the Python argument (``resume=True``, ``dataset='imagefolder'``); under
-    :func:`run_command`, a command-line user reads the flag (``--resume``, ``--dataset imagefolder``).
+
+def option(name: str, value: Any = _NAME_ONLY, *, placeholder: bool = False) -> str:
+    """How the caller spells the setting ``name`` (``= value``), for a message that names or asks for it.
+
+    A library caller reads the Python argument (``resume=True``, ``dataset='imagefolder'``, ``train_size``);
+    under :func:`run_command`, a command-line user reads the flag (``--resume``, ``--dataset imagefolder``,
+    ``--train-size``).
 
     Args:
         name: the Python argument; its flag is ``--`` and the name with dashes for underscores.
-        value: the value to pass: ``True`` is the bare flag, ``False`` its ``--no-`` form.
+        value: the value to pass, if any: ``True`` is the bare flag, ``False`` its ``--no-`` form.
         placeholder: ``value`` is a string that stands for a value (``"SIZE"``), written as it is.
 
     Returns:
         e.g. ``"download=True"`` or ``"--download"``.
     """
+    flag = "--" + name.replace("_", "-")
+    if value is _NAME_ONLY:
+        return flag if _COMMAND_LINE.get() else name
     shown = value if placeholder else repr(value)
     if not _COMMAND_LINE.get():
         return f"{name}={shown}"
-    flag = "--" + name.replace("_", "-")
     if value is True or value is False:
         return flag if value else f"--no-{flag[2:]}"
     return f"{flag} {value}"

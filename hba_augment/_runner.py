@@ -180,7 +180,7 @@ def check_int(config: Any, name: str, minimum: int, optional: bool = False) -> N
     if optional and v is None:
         return
     if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {v!r}")
+        raise ValueError(f"{option(name)} must be an integer >= {minimum}, got {v!r}")
 
 
 def check_nonneg_number(config: Any, name: str, positive: bool = False) -> None:
@@ -188,7 +188,7 @@ def check_nonneg_number(config: Any, name: str, positive: bool = False) -> None:
     v = getattr(config, name)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (
             positive and v == 0):
-        raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got {v!r}")
+        raise ValueError(f"{option(name)} must be a finite number {'> 0' if positive else '>= 0'}, got {v!r}")
 
 
 def check_lr_schedule(config: Any) -> None:
@@ -197,7 +197,7 @@ def check_lr_schedule(config: Any) -> None:
         raise ValueError(f"Unknown lr_schedule {config.lr_schedule!r}; expected one of {list(LR_SCHEDULES)}")
     ms = tuple(config.lr_milestones)
     if any(isinstance(m, bool) or not isinstance(m, int) or m < 0 for m in ms) or list(ms) != sorted(ms):
-        raise ValueError(f"lr_milestones must be increasing epochs >= 0, got {config.lr_milestones!r}")
+        raise ValueError(f"{option('lr_milestones')} must be increasing epochs >= 0, got {config.lr_milestones!r}")
     if config.nesterov and config.momentum == 0:
         raise ValueError("nesterov=True needs momentum > 0")
 

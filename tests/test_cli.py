@@ -265,15 +265,24 @@ def test_messages_name_the_flag_on_the_command_line_and_the_argument_in_python(t
 
     def refuse():
         raise ValueError(f"pass {option('resume', True)}, {option('plot', False)}, "
-                         f"{option('dataset', 'imagefolder')}, {option('cutout', 'SIZE', placeholder=True)}")
+                         f"{option('dataset', 'imagefolder')}, {option('cutout', 'SIZE', placeholder=True)}, {option('t_val')}")
 
     assert run_command("prog", refuse, RuntimeError) == 2
-    assert capsys.readouterr().err == "prog: error: pass --resume, --no-plot, --dataset imagefolder, --cutout SIZE\n"
-    with pytest.raises(ValueError, match=r"^pass resume=True, plot=False, dataset='imagefolder', cutout=SIZE$"):
+    assert capsys.readouterr().err == "prog: error: pass --resume, --no-plot, --dataset imagefolder, --cutout SIZE, --t-val\n"
+    with pytest.raises(ValueError, match=r"^pass resume=True, plot=False, dataset='imagefolder', cutout=SIZE, t_val$"):
         refuse()
     # The setting ends with the command: a library call after it reads the Python argument again.
     with pytest.raises(FileNotFoundError, match=r"pass download=True to fetch"):
         load_dataset("cifar10", tmp_path)
+
+
+def test_settings_in_messages_are_flags_on_the_command_line(tmp_path: Path, data_dir: Path, capsys):
+    out = str(tmp_path / "out")
+    assert main(["train", "--data-dir", str(data_dir), "--policy", "none", "--eval-split", "val", "--out", out]) == 2
+    assert "error: --eval-split val needs --train-size: the validation" in capsys.readouterr().err
+    assert main(["search", "--data-dir", str(data_dir), "--lr-schedule", "step", "--lr-milestones", "5,3",
+                 "--out", out]) == 2
+    assert "error: --lr-milestones must be increasing epochs" in capsys.readouterr().err
 
 
 def test_an_used_output_folder_names_resume_as_its_caller_spells_it(tmp_path: Path, capsys):

@@ -332,8 +332,8 @@ class TrainConfig:
         if self.eval_split not in EVAL_SPLITS:
             raise ValueError(f"eval_split must be one of {list(EVAL_SPLITS)}, got {self.eval_split!r}")
         if self.eval_split == "val" and self.train_size is None:
-            raise ValueError("eval_split 'val' needs train_size: the validation images are the train split's "
-                             "images outside the training subset")
+            raise ValueError(f"{_cli_common.option('eval_split', 'val')} needs {_cli_common.option('train_size')}: "
+                             "the validation images are the train split's images outside the training subset")
         _runner.check_int(self, "num_workers", 0, optional=True)
         _runner.check_int(self, "image_size", 1, optional=True)
         _runner.check_nonneg_number(self, "lr", positive=True)
