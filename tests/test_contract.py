@@ -71,3 +71,14 @@ def test_every_link_to_the_contract_names_a_heading():
 ])
 def test_the_scan_reads_every_form(text, numbers):
     assert _references(text) == numbers
+
+
+def test_the_search_section_names_every_search_option():
+    # Section 6 lists the search's settings; an option added to the command line is added there too.
+    from hba_augment.search.cli import build_parser
+
+    section = CONTRACT.read_text(encoding="utf-8").split("## 6. ")[1]
+    flags = {flag for action in build_parser()._actions for flag in action.option_strings
+             if flag.startswith("--") and flag not in ("--help", "--no-channels-last")}
+    assert len(flags) > 30
+    assert sorted(flag for flag in flags if flag not in section) == []
