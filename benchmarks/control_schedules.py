@@ -2,14 +2,14 @@
 
 - ``pba``: PBA's published Reduced CIFAR-10 schedule (Ho et al. 2019; ``../shared/reference/pba/``), the
   same search space learned by population-based training, converted to this package's magnitudes.
-- ``initial``: the search's initial policy (every hyperparameter at ``0.95 lo + 0.05 hi``, SPEC section 3)
+- ``initial``: the search's initial policy (every hyperparameter at ``0.95 lo + 0.05 hi``, the contract, section 3)
   held for every epoch: what the search starts from.
 - ``last``: the learned schedule's last entry held for every epoch: is the curriculum worth anything?
 - ``shuffled``: the learned schedule with its op identities permuted (same probabilities and relative
   magnitudes, wrong ops): is it the choice of ops that helps, or just the amount of augmentation?
 
 PBA's level semantics (``pba/augmentation_transforms.py``, PARAMETER_MAX 10, 32x32 images; see the
-reference README) in this package's magnitudes (SPEC section 1):
+reference README) in this package's magnitudes (the contract, section 1):
 
 | PBA op | PBA level ``l`` | magnitude here |
 |---|---|---|
@@ -128,12 +128,12 @@ def pba_schedule(path: Path = PBA_DIR / "rcifar10_16_wrn.txt", epochs: int = 200
 
 
 def initial_schedule() -> Schedule:
-    """The search's initial policy (SPEC section 3: every value at 0.95 lo + 0.05 hi) as a 1-entry schedule."""
+    """The search's initial policy (the contract, section 3: every value at 0.95 lo + 0.05 hi) as a 1-entry schedule."""
     frac = 0.05
     prob = np.full((1, 2, NUM_OPS), frac)
     mag = np.where(_HAS_MAG, 0.95 * _LOW + frac * _HIGH, np.nan)
     return Schedule(prob, np.broadcast_to(mag, (1, 2, NUM_OPS)), name="hba-initial",
-                    provenance={"control": "the search's initial policy held constant (SPEC section 3)"})
+                    provenance={"control": "the search's initial policy held constant (the contract, section 3)"})
 
 
 def last_entry_schedule(learned: Schedule) -> Schedule:

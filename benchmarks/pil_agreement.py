@@ -1,4 +1,4 @@
-"""How closely the op kernels of ``hba_augment.functional`` agree with the PIL calls of SPEC section 1.
+"""How closely the op kernels of ``hba_augment.functional`` agree with the PIL calls of the contract, section 1.
 
 On lossless CIFAR-10 images (``data_batch_1`` of the official python layout) this applies every op over a
 grid of magnitudes, once with the kernel (on a uint8 batch, fill 0, NEAREST or with ``--interpolation
@@ -9,9 +9,9 @@ PIL round the interpolated value differently on some pixels (one level at most).
 HBAPolicy go through PIL's own BILINEAR, so they get PIL's values. Cutout has no PIL call (its structure is checked exactly in
 tests/test_ops_pil.py) and is listed as such.
 
-Conventions (as tests/test_ops_pil.py): TranslateX m is PIL ``AFFINE (1, 0, round(m W), 0, 1, 0)`` (the
+Conventions (``reference_pba.PIL_OPS``, which the tests use too): TranslateX m is PIL ``AFFINE (1, 0, round(m W), 0, 1, 0)`` (the
 TF/PBA reference: positive m moves the content left), Rotate m is ``rotate(m)`` (counter-clockwise),
-Solarize m (a strength, SPEC section 1) is ``solarize(img, 256 - m)``, Posterize m keeps ``8 - round(m)``
+Solarize m (a strength, the contract, section 1) is ``solarize(img, 256 - m)``, Posterize m keeps ``8 - round(m)``
 bits (m = 8, 0 bits: black, through PIL's former lookup table since Pillow 11 refuses ``posterize(img, 0)``).
 
 Usage::
@@ -33,15 +33,18 @@ from pathlib import Path
 import numpy as np
 import PIL
 import torch
-from PIL import Image, ImageEnhance, ImageOps
+from PIL import Image
 from torchvision.transforms import InterpolationMode
 
 from hba_augment.functional import OPS, apply_op
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from reference_pba import PIL_OPS
+
 NEAREST = Image.Resampling.NEAREST
 #: PIL's filter and the kernels' mode for each ``--interpolation``.
 RESAMPLE = {"nearest": (NEAREST, InterpolationMode.NEAREST), "bilinear": (Image.Resampling.BILINEAR, InterpolationMode.BILINEAR)}
-AFFINE = Image.Transform.AFFINE
 #: Points of each op's range [low, high] where it is measured (signed ops: with both signs). No point
 #: gives a rounding tie for the 32-pixel translations or for Posterize's bits.
 GRID_FRACTIONS = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0)
@@ -62,33 +65,9 @@ def load_cifar(data_dir: Path, n: int) -> torch.Tensor:
     return torch.from_numpy(data.reshape(-1, 3, 32, 32).copy())
 
 
-def _posterize(img: Image.Image, bits: int) -> Image.Image:
-    if bits == 0:
-        return img.point([0] * 256 * len(img.getbands()))
-    return ImageOps.posterize(img, bits)
-
-
-# op(img, magnitude, resample): the geometric ops resample with the given filter.
-PIL_REFERENCE = {
-    "ShearX": lambda img, m, rs: img.transform(img.size, AFFINE, (1, m, 0, 0, 1, 0), resample=rs, fillcolor=0),
-    "ShearY": lambda img, m, rs: img.transform(img.size, AFFINE, (1, 0, 0, m, 1, 0), resample=rs, fillcolor=0),
-    "TranslateX": lambda img, m, rs: img.transform(
-        img.size, AFFINE, (1, 0, round(m * img.size[0]), 0, 1, 0), resample=rs, fillcolor=0
-    ),
-    "TranslateY": lambda img, m, rs: img.transform(
-        img.size, AFFINE, (1, 0, 0, 0, 1, round(m * img.size[1])), resample=rs, fillcolor=0
-    ),
-    "Rotate": lambda img, m, rs: img.rotate(m, resample=rs, fillcolor=0),
-    "AutoContrast": lambda img, m, rs: ImageOps.autocontrast(img),
-    "Invert": lambda img, m, rs: ImageOps.invert(img),
-    "Equalize": lambda img, m, rs: ImageOps.equalize(img),
-    "Solarize": lambda img, m, rs: ImageOps.solarize(img, 256 - m),
-    "Posterize": lambda img, m, rs: _posterize(img, 8 - round(m)),
-    "Contrast": lambda img, m, rs: ImageEnhance.Contrast(img).enhance(m),
-    "Color": lambda img, m, rs: ImageEnhance.Color(img).enhance(m),
-    "Brightness": lambda img, m, rs: ImageEnhance.Brightness(img).enhance(m),
-    "Sharpness": lambda img, m, rs: ImageEnhance.Sharpness(img).enhance(m),
-}
+# The PIL calls of the contract's section 1, from their one home; Cutout has no PIL call to compare with
+# (its centre is random; tests/test_ops_pil.py checks its structure exactly).
+PIL_REFERENCE = {name: op for name, op in PIL_OPS.items() if name != "Cutout"}
 
 
 def magnitude_grid(spec) -> list[float | None]:
@@ -102,7 +81,7 @@ def magnitude_grid(spec) -> list[float | None]:
 
 def pil_batch(pil_images: list[Image.Image], op: str, magnitude, interpolation: str = "nearest") -> torch.Tensor:
     resample = RESAMPLE[interpolation][0]
-    out = [np.asarray(PIL_REFERENCE[op](img, magnitude, resample)) for img in pil_images]
+    out = [np.asarray(PIL_REFERENCE[op](img, magnitude, 0, None, resample)) for img in pil_images]
     return torch.from_numpy(np.stack(out)).permute(0, 3, 1, 2)
 
 

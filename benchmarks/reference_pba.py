@@ -1,8 +1,8 @@
 """Reference: PBA's augmentation template applied image by image with PIL, as PBA does it.
 
 This is the baseline that ``hba_augment.functional.augment`` replaces: one PIL image at a time, the 15 ops
-of SPEC section 1 as the PIL calls the SPEC names (NEAREST resampling, fill 0 unless told otherwise), and
-the template of SPEC section 2 drawn with Python's ``random`` (PBA's own loop: shuffle the 30 slots, flip
+of the contract's section 1 as the PIL calls it names (NEAREST resampling, fill 0 unless told otherwise), and
+the template of the contract, section 2 drawn with Python's ``random`` (PBA's own loop: shuffle the 30 slots, flip
 each slot's coin in that order, stop after K applied ops). It exists to be timed against the batched
 implementation (``benchmarks/throughput.py``) and to check that both draw the same distribution
 (``tests/test_reference_pba.py``); it is not part of the package.
@@ -10,13 +10,13 @@ implementation (``benchmarks/throughput.py``) and to check that both draw the sa
 Op conventions, identical to ``tests/test_ops_pil.py``: ShearX ``AFFINE (1, s, 0, 0, 1, 0)``, TranslateX
 ``AFFINE (1, 0, round(m W), 0, 1, 0)`` (positive m moves the content left, as PBA), Rotate
 ``rotate(m)`` (counter-clockwise), Solarize ``solarize(256 - m)``, Posterize keeps ``8 - round(m)`` bits
-(strengths, SPEC section 1: 0 changes nothing, Posterize 8 gives black), Cutout paints a
+(strengths, the contract, section 1: 0 changes nothing, Posterize 8 gives black), Cutout paints a
 ``round(m H) x round(m W)`` patch centred on a uniformly drawn pixel, clipped at the borders.
 
 Usage::
 
     from reference_pba import PBATemplate
-    template = PBATemplate(prob, mag)            # (2, 15) arrays, SPEC magnitudes; seed=... for a stream
+    template = PBATemplate(prob, mag)            # (2, 15) arrays, schedule magnitudes; seed=... for a stream
     out = template(pil_image)                     # mode "L" or "RGB"
 """
 
@@ -37,21 +37,39 @@ AFFINE = Image.Transform.AFFINE
 #: Each op appears twice in the policy (PBA's two copies): 30 slots.
 NUM_SLOTS = 2 * NUM_OPS
 
-PilOp = Callable[[Image.Image, float, "int | tuple[int, ...]", random.Random], Image.Image]
+#: ``op(img, magnitude, fill, rng, resample=NEAREST) -> img``; ``resample`` matters to the geometric ops only.
+PilOp = Callable[..., Image.Image]
 
 
-def _affine(img: Image.Image, data: tuple[float, ...], fill: int | tuple[int, ...]) -> Image.Image:
-    return img.transform(img.size, AFFINE, data, resample=NEAREST, fillcolor=fill)
+def _affine(data: Callable[[float, int, int], tuple[float, ...]]) -> PilOp:
+    """The PIL call of a geometric op whose AFFINE data is ``data(magnitude, width, height)``."""
+
+    def op(img: Image.Image, m: float, fill: int | tuple[int, ...], rng: random.Random | None,
+           resample: Image.Resampling = NEAREST) -> Image.Image:
+        return img.transform(img.size, AFFINE, data(m, *img.size), resample=resample, fillcolor=fill)
+
+    return op
+
+
+def _rotate(img: Image.Image, m: float, fill: int | tuple[int, ...], rng: random.Random | None,
+            resample: Image.Resampling = NEAREST) -> Image.Image:
+    return img.rotate(m, resample=resample, fillcolor=fill)
+
+
+def _pointwise(call: Callable[[Image.Image, float], Image.Image]) -> PilOp:
+    """The PIL call of an op that moves no pixel: fill, rng and resample do not apply."""
+    return lambda img, m, fill, rng, resample=NEAREST: call(img, m)
 
 
 def _posterize(img: Image.Image, bits: int) -> Image.Image:
     if bits == 0:
-        # Pillow >= 11 refuses 0 bits; its former table i & ~(2**8 - 1) is 0: black, as SPEC says.
+        # Pillow >= 11 refuses 0 bits; its former table i & ~(2**8 - 1) is 0: black, as the contract says.
         return img.point([0] * 256 * len(img.getbands()))
     return ImageOps.posterize(img, bits)
 
 
-def _cutout(img: Image.Image, m: float, fill: int | tuple[int, ...], rng: random.Random) -> Image.Image:
+def _cutout(img: Image.Image, m: float, fill: int | tuple[int, ...], rng: random.Random,
+            resample: Image.Resampling = NEAREST) -> Image.Image:
     w, h = img.size
     ph, pw = round(m * h), round(m * w)
     cy, cx = rng.randrange(h), rng.randrange(w)
@@ -63,22 +81,24 @@ def _cutout(img: Image.Image, m: float, fill: int | tuple[int, ...], rng: random
     return out
 
 
-#: The PIL call of every op (SPEC section 1), by name: ``op(img, magnitude, fill, rng) -> img``.
+#: The PIL call of every op (the contract, section 1), by name: the one reference the benchmarks
+#: (``pil_agreement.py``, this template) and the tests (``test_ops_pil.py``, ``test_pil_backend.py``) use.
+#: TranslateX shifts by ``round(m W)`` pixels (Python's round, half to even, like the kernels' ``torch.round``).
 PIL_OPS: dict[str, PilOp] = {
-    "ShearX": lambda img, m, fill, rng: _affine(img, (1, m, 0, 0, 1, 0), fill),
-    "ShearY": lambda img, m, fill, rng: _affine(img, (1, 0, 0, m, 1, 0), fill),
-    "TranslateX": lambda img, m, fill, rng: _affine(img, (1, 0, round(m * img.size[0]), 0, 1, 0), fill),
-    "TranslateY": lambda img, m, fill, rng: _affine(img, (1, 0, 0, 0, 1, round(m * img.size[1])), fill),
-    "Rotate": lambda img, m, fill, rng: img.rotate(m, resample=NEAREST, fillcolor=fill),
-    "AutoContrast": lambda img, m, fill, rng: ImageOps.autocontrast(img),
-    "Invert": lambda img, m, fill, rng: ImageOps.invert(img),
-    "Equalize": lambda img, m, fill, rng: ImageOps.equalize(img),
-    "Solarize": lambda img, m, fill, rng: ImageOps.solarize(img, 256 - m),
-    "Posterize": lambda img, m, fill, rng: _posterize(img, 8 - round(m)),
-    "Contrast": lambda img, m, fill, rng: ImageEnhance.Contrast(img).enhance(m),
-    "Color": lambda img, m, fill, rng: ImageEnhance.Color(img).enhance(m),
-    "Brightness": lambda img, m, fill, rng: ImageEnhance.Brightness(img).enhance(m),
-    "Sharpness": lambda img, m, fill, rng: ImageEnhance.Sharpness(img).enhance(m),
+    "ShearX": _affine(lambda m, w, h: (1, m, 0, 0, 1, 0)),
+    "ShearY": _affine(lambda m, w, h: (1, 0, 0, m, 1, 0)),
+    "TranslateX": _affine(lambda m, w, h: (1, 0, round(m * w), 0, 1, 0)),
+    "TranslateY": _affine(lambda m, w, h: (1, 0, 0, 0, 1, round(m * h))),
+    "Rotate": _rotate,
+    "AutoContrast": _pointwise(lambda img, m: ImageOps.autocontrast(img)),
+    "Invert": _pointwise(lambda img, m: ImageOps.invert(img)),
+    "Equalize": _pointwise(lambda img, m: ImageOps.equalize(img)),
+    "Solarize": _pointwise(lambda img, m: ImageOps.solarize(img, 256 - m)),
+    "Posterize": _pointwise(lambda img, m: _posterize(img, 8 - round(m))),
+    "Contrast": _pointwise(lambda img, m: ImageEnhance.Contrast(img).enhance(m)),
+    "Color": _pointwise(lambda img, m: ImageEnhance.Color(img).enhance(m)),
+    "Brightness": _pointwise(lambda img, m: ImageEnhance.Brightness(img).enhance(m)),
+    "Sharpness": _pointwise(lambda img, m: ImageEnhance.Sharpness(img).enhance(m)),
     "Cutout": _cutout,
 }
 if tuple(PIL_OPS) != OP_NAMES:  # the table is the one list of ops; this file must follow it
@@ -88,11 +108,11 @@ if tuple(PIL_OPS) != OP_NAMES:  # the table is the one list of ops; this file mu
 
 
 class PBATemplate:
-    """PBA's template (SPEC section 2) on one PIL image per call, with Python's ``random``.
+    """PBA's template (the contract, section 2) on one PIL image per call, with Python's ``random``.
 
     Args:
         prob: ``(2, 15)`` slot probabilities in [0, 1] (copy 0, then copy 1, ops in canonical order).
-        mag: ``(2, 15)`` unsigned magnitudes in the ops' SPEC units (ignored for ops without one).
+        mag: ``(2, 15)`` unsigned magnitudes in the ops' schedule units (ignored for ops without one).
         count_probs: ``count_probs[k]`` is the probability that at most ``k`` ops are applied.
         fill: value of uncovered pixels and of the Cutout patch, 0..255, one number or one per channel.
         seed: seed of this template's own ``random.Random`` stream (``None``: seeded from the OS).

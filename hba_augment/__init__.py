@@ -9,6 +9,9 @@ Layers, each importing only those below it:
   :mod:`hba_augment.train` (policy evaluation), over the parts they share: :mod:`hba_augment.datasets`,
   :mod:`hba_augment.models` and the run driver (``_runner``, ``_distributed``).
 
+What the package promises is written down in ``docs/contract.md`` (the README links it); comments cite
+its sections as "the contract, section N".
+
 The public names are imported on first use (PEP 562), so that ``import hba_augment`` and the
 ``hba-augment`` command's ``--help`` / ``--version`` do not pay for importing torch (about 5 s on a busy
 machine); ``from hba_augment import HBAPolicy`` works as usual.
@@ -29,12 +32,11 @@ if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
 
 __all__ = ["HBAPolicy", "Schedule", "__version__", "available_policies", "functional", "load_pretrained"]
 
-# name -> submodule that defines it ("functional" is the submodule itself).
+# name -> submodule that defines it; "functional" is a submodule itself.
 _LAZY = {
-    "functional": "functional",
     "HBAPolicy": "policy",
     "Schedule": "schedule",
     "available_policies": "pretrained",
     "load_pretrained": "pretrained",
 }
-__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY, submodules=("functional",))

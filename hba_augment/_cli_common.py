@@ -7,20 +7,57 @@ Only the standard library at import time, so that parsing arguments stays cheap.
 from __future__ import annotations
 
 import argparse
+import contextvars
 import os
 import sys
 from collections.abc import Callable
+from typing import Any
 
 __all__ = [
     "classes",
     "milestones",
     "nonneg_float",
     "nonneg_int",
+    "option",
     "positive_float",
     "positive_int",
     "run_command",
     "setup_torch",
 ]
+
+
+# Whether the code running now was started by a command line (run_command sets it), so that messages name
+# the flag a user types (--resume) instead of the Python argument a library caller passes (resume=True).
+_COMMAND_LINE: contextvars.ContextVar[bool] = contextvars.ContextVar("hba_augment_command_line", default=False)
+
+
+_NAME_ONLY: Any = object()
+
+
+def option(name: str, value: Any = _NAME_ONLY, *, placeholder: bool = False) -> str:
+    """How the caller spells the setting ``name`` (``= value``), for a message that names or asks for it.
+
+    A library caller reads the Python argument (``resume=True``, ``dataset='imagefolder'``, ``train_size``);
+    under :func:`run_command`, a command-line user reads the flag (``--resume``, ``--dataset imagefolder``,
+    ``--train-size``).
+
+    Args:
+        name: the Python argument; its flag is ``--`` and the name with dashes for underscores.
+        value: the value to pass, if any: ``True`` is the bare flag, ``False`` its ``--no-`` form.
+        placeholder: ``value`` is a string that stands for a value (``"SIZE"``), written as it is.
+
+    Returns:
+        e.g. ``"download=True"`` or ``"--download"``.
+    """
+    flag = "--" + name.replace("_", "-")
+    if value is _NAME_ONLY:
+        return flag if _COMMAND_LINE.get() else name
+    shown = value if placeholder else repr(value)
+    if not _COMMAND_LINE.get():
+        return f"{name}={shown}"
+    if value is True or value is False:
+        return flag if value else f"--no-{flag[2:]}"
+    return f"{flag} {value}"
 
 
 def classes(text: str) -> int | tuple[str, ...]:
@@ -137,6 +174,7 @@ def run_command(prog: str, body: Callable[[], str], diverged: type[BaseException
     """
     created = _missing_folders(out) if out is not None else []
     status = 0
+    token = _COMMAND_LINE.set(True)
     try:
         text = body()
     except diverged as e:
@@ -159,6 +197,8 @@ def run_command(prog: str, body: Callable[[], str], diverged: type[BaseException
         print(f"{prog}: error: the distributed run failed: {e}\nThe last checkpoint is intact; continue with the "
               "same command, the same number of processes and --resume", file=sys.stderr)
         status = 3
+    finally:
+        _COMMAND_LINE.reset(token)
     if status:
         _remove_empty(created)
         return status

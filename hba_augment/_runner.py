@@ -3,8 +3,8 @@
 helpers, config checks, the output folder, resume, the epoch loop with progress bar, metrics and atomic
 checkpoints.
 
-A *worker* (``search.loop._Search``, ``train.trainer._Trainer``) has ``epoch`` and ``wall_seconds``
-attributes and ``run_epoch()``, ``save_checkpoint(path)`` and ``load_state_dict(state, path)`` methods.
+A *worker* (``search.loop._Search``, ``train.trainer._Trainer``) is an :class:`EpochWorker`; the
+progress bar reaches it through an explicit ``set_tick`` callback of :func:`run_epochs`.
 
 Under ``torchrun`` (:mod:`hba_augment._distributed`) every rank runs the same driver: rank 0 alone
 creates the folder, logs and writes files; a checkpoint to resume from is read by rank 0 and sent to
@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -32,11 +32,13 @@ from torch import Tensor
 
 from hba_augment import _distributed
 from hba_augment._baselines import BASELINES
+from hba_augment._cli_common import option
 from hba_augment._io import atomic_open
 
 __all__ = [
     "BASELINES",
     "LR_SCHEDULES",
+    "EpochWorker",
     "baseline_augment",
     "check_checkpoint",
     "check_device",
@@ -178,7 +180,7 @@ def check_int(config: Any, name: str, minimum: int, optional: bool = False) -> N
     if optional and v is None:
         return
     if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {v!r}")
+        raise ValueError(f"{option(name)} must be an integer >= {minimum}, got {v!r}")
 
 
 def check_nonneg_number(config: Any, name: str, positive: bool = False) -> None:
@@ -186,7 +188,7 @@ def check_nonneg_number(config: Any, name: str, positive: bool = False) -> None:
     v = getattr(config, name)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (
             positive and v == 0):
-        raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got {v!r}")
+        raise ValueError(f"{option(name)} must be a finite number {'> 0' if positive else '>= 0'}, got {v!r}")
 
 
 def check_lr_schedule(config: Any) -> None:
@@ -195,7 +197,7 @@ def check_lr_schedule(config: Any) -> None:
         raise ValueError(f"Unknown lr_schedule {config.lr_schedule!r}; expected one of {list(LR_SCHEDULES)}")
     ms = tuple(config.lr_milestones)
     if any(isinstance(m, bool) or not isinstance(m, int) or m < 0 for m in ms) or list(ms) != sorted(ms):
-        raise ValueError(f"lr_milestones must be increasing epochs >= 0, got {config.lr_milestones!r}")
+        raise ValueError(f"{option('lr_milestones')} must be increasing epochs >= 0, got {config.lr_milestones!r}")
     if config.nesterov and config.momentum == 0:
         raise ValueError("nesterov=True needs momentum > 0")
 
@@ -377,7 +379,7 @@ def open_run(
         out.mkdir(parents=True, exist_ok=True)
         existing = [p.name for key, p in files.items() if key in guarded and p.exists()]
         if existing and not resume:
-            problem = (f"{out} already holds {', '.join(existing)}; pass resume=True (--resume) to continue that "
+            problem = (f"{out} already holds {', '.join(existing)}; pass {option('resume', True)} to continue that "
                        f"{what}, or choose another output folder")
     # Every rank fails with rank 0's verdict (a rank that went on alone would wait for the others forever).
     problem = _distributed.broadcast_object(problem, ctx)
@@ -386,8 +388,45 @@ def open_run(
     return out, files, command, log
 
 
+#: A callback of no arguments: one unit of an epoch's progress is done.
+Tick = Callable[[], None]
+
+
+@runtime_checkable
+class EpochWorker(Protocol):
+    """What :func:`start_session` and :func:`run_epochs` drive: one run (a search, a training run).
+
+    Attributes:
+        epoch: the number of completed epochs (what :meth:`load_state_dict` restores).
+        wall_seconds: the run's wall time so far, over every session (the driver adds to it).
+    """
+
+    epoch: int
+    wall_seconds: float
+
+    def run_epoch(self) -> dict[str, Any]:
+        """Run the next epoch and return its record (JSON data; ``epoch`` already advanced)."""
+        ...
+
+    def save_checkpoint(self, path: Path) -> None:
+        """Write everything a later session needs to continue exactly (called on every rank)."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any], path: Path) -> None:
+        """Restore a checkpoint read from ``path`` (named in messages), refusing one of another run."""
+        ...
+
+
+def _check_worker(worker: Any) -> EpochWorker:
+    if not isinstance(worker, EpochWorker):
+        missing = [name for name in ("epoch", "wall_seconds", "run_epoch", "save_checkpoint", "load_state_dict")
+                   if not hasattr(worker, name)]
+        raise TypeError(f"the run driver needs an EpochWorker; {type(worker).__name__} lacks {missing}")
+    return worker
+
+
 def start_session(
-    worker: Any,
+    worker: EpochWorker,
     checkpoint: Path,
     *,
     resume: bool,
@@ -400,6 +439,7 @@ def start_session(
 
     Under torchrun rank 0 reads the checkpoint and sends it to the other ranks.
     """
+    worker = _check_worker(worker)
     ctx = _distributed.current()
     state = None
     if resume and ctx.is_main and checkpoint.exists():
@@ -414,7 +454,7 @@ def start_session(
 
 
 def run_epochs(
-    worker: Any,
+    worker: EpochWorker,
     *,
     epochs: int,
     records: list[dict[str, Any]],
@@ -422,7 +462,7 @@ def run_epochs(
     records_file: Path,
     seconds_key: str,
     ticks_per_epoch: int,
-    tick_hook: str,
+    set_tick: Callable[[Tick | None], None],
     desc: str,
     unit: str,
     report: Callable[[dict[str, Any], float], tuple[str, dict[str, str]]],
@@ -435,8 +475,9 @@ def run_epochs(
     Args:
         records: the worker's list of per-epoch records (appended to).
         seconds_key: the record's field with the epoch's duration.
-        ticks_per_epoch: progress-bar units per epoch; ``tick_hook`` names the worker's attribute that
-            is called once per unit.
+        ticks_per_epoch: progress-bar units per epoch.
+        set_tick: installs the worker's per-unit callback: called with the bar's before the first epoch
+            and with ``None`` after the last (the worker calls it ``ticks_per_epoch`` times an epoch).
         report: ``(record, seconds remaining) -> (log line, bar postfix)``.
         progress: show a tqdm bar (``None``: only when stderr is a terminal; never on ranks other than 0).
         on_epoch_end: called with each record after its checkpoint is written (on every rank).
@@ -446,11 +487,12 @@ def run_epochs(
     """
     from tqdm.auto import tqdm
 
+    worker = _check_worker(worker)
     if not _distributed.current().is_main:
         progress = False
     bar = tqdm(total=epochs * ticks_per_epoch, initial=worker.epoch * ticks_per_epoch, desc=desc, unit=unit,
                dynamic_ncols=True, disable=None if progress is None else not progress, file=sys.stderr)
-    setattr(worker, tick_hook, lambda: bar.update(1))
+    set_tick(lambda: bar.update(1))
     try:
         while worker.epoch < epochs:
             record = worker.run_epoch()
@@ -470,4 +512,5 @@ def run_epochs(
             if on_epoch_end is not None:
                 on_epoch_end(record)
     finally:
+        set_tick(None)  # the bar is closed: a later run_epoch (a test, a benchmark) must not update it
         bar.close()

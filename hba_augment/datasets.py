@@ -43,6 +43,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from hba_augment._cli_common import option
 from hba_augment._io import atomic_open
 
 __all__ = [
@@ -473,20 +474,18 @@ def _resize_uint8(images: torch.Tensor, size: int) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------------
 
 
-# How the command line spells ``download=True``; messages name both (the library and the CLI share them).
-_DOWNLOAD_FLAG = "--download on the command line"
 _ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 
 
 def _archive_hint(name: str, path: Path) -> str:
     """What to do with an archive given as the ``data_dir`` of a CIFAR/SVHN dataset."""
     if any(path.name == res.filename for res in RESOURCES.get(name, {}).values()):
-        return (f"; for the official archive, pass the folder holding it ({path.parent}) with download=True "
-                f"({_DOWNLOAD_FLAG}): it is checked and extracted there, not fetched again")
+        return (f"; for the official archive, pass the folder holding it ({path.parent}) with "
+                f"{option('download', True)}: it is checked and extracted there, not fetched again")
     if not path.name.lower().endswith(_ARCHIVE_SUFFIXES):
         return ""
     return ("; an archive of an image-folder tree (one folder per class) is read with "
-            "dataset='imagefolder' (--dataset imagefolder)")
+            f"{option('dataset', 'imagefolder')}")
 
 
 def _cifar_folder(name: str, data_dir: Path) -> Path:
@@ -495,7 +494,7 @@ def _cifar_folder(name: str, data_dir: Path) -> Path:
         if (cand / layout.meta).is_file():
             return cand
     raise FileNotFoundError(
-        f"{name}: no {layout.folder}/{layout.meta} under {data_dir}; pass download=True ({_DOWNLOAD_FLAG}) to "
+        f"{name}: no {layout.folder}/{layout.meta} under {data_dir}; pass {option('download', True)} to "
         f"fetch the official archive ({RESOURCES[name]['train'].url})"
     )
 
@@ -549,7 +548,7 @@ def _load_svhn(data_dir: Path, split: str) -> ImageData:
     path = data_dir / RESOURCES["svhn"][split].filename
     if not path.is_file():
         raise FileNotFoundError(
-            f"svhn: no {path}; pass download=True ({_DOWNLOAD_FLAG}) to fetch it ({RESOURCES['svhn'][split].url})"
+            f"svhn: no {path}; pass {option('download', True)} to fetch it ({RESOURCES['svhn'][split].url})"
         )
     mat = scipy.io.loadmat(path)
     x, y = mat.get("X"), mat.get("y")

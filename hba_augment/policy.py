@@ -1,4 +1,4 @@
-"""``HBAPolicy``: a learned, epoch-aware HBA schedule as a torchvision-style transform (SPEC section 5)."""
+"""``HBAPolicy``: a learned, epoch-aware HBA schedule as a torchvision-style transform (the contract, section 5)."""
 
 from __future__ import annotations
 
@@ -146,7 +146,7 @@ def _resolve_policy(policy: str | os.PathLike[str] | Schedule) -> Schedule:
 class HBAPolicy(torch.nn.Module):
     r"""Augment images with a learned HBA schedule (Chen & Chang, ICCV 2021), one policy per epoch.
 
-    Each call augments every image independently with PBA's template (SPEC section 2): draw the number of
+    Each call augments every image independently with PBA's template (the contract, section 2): draw the number of
     ops ``K`` from the schedule's ``count_probs``, visit the 30 slots (15 ops x 2 copies) in a random
     order and apply each with its probability and magnitude (random sign for the geometric ops) until
     ``K`` ops have been applied. The policy used is the schedule's entry for the current epoch, scaled
@@ -247,10 +247,11 @@ class HBAPolicy(torch.nn.Module):
     def policy_at(self, device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
         """``(prob, mag)`` of the current epoch as float32 ``(2, 15)`` tensors on ``device`` (cached)."""
         device = torch.device(device)
-        index = self.schedule.index(self.epoch, self.total_epochs)
+        # Both were checked on the way in (set_epoch, the constructor): not again for every image.
+        index = self.schedule._index(self.epoch, self.total_epochs)
         cached = self._cache.get(device)
         if cached is None or cached[0] != index:
-            prob, mag = self.schedule.at(index)
+            prob, mag = self.schedule._entry(index)
             cached = (index, prob.to(device), mag.to(device))
             self._cache[device] = cached
         return cached[1], cached[2]
@@ -334,7 +335,7 @@ class HBAPolicy(torch.nn.Module):
                 f"Inputs of type {type(targets[0]).__name__} are not supported by HBAPolicy() with a Video"
             )
         if isinstance(img, PIL.Image.Image):
-            if img.mode not in _PIL_MODES:
+            if img.mode not in _PIL_MODES:  # augment_pil checks its input, but this path does not reach it
                 raise ValueError(f"PIL images must have mode 'L' or 'RGB', got {img.mode!r}; convert them first")
             # Through the tensor path, which reports the geometry: the same draws and pixels as for the
             # PIL image alone.
@@ -350,8 +351,6 @@ class HBAPolicy(torch.nn.Module):
         return [out, *(move_target(t, matrices, lead, canvas, self._fill_for(t)) for t in targets)]
 
     def _augment_pil(self, img: PIL.Image.Image, generator: torch.Generator | None) -> PIL.Image.Image:
-        if img.mode not in _PIL_MODES:
-            raise ValueError(f"PIL images must have mode 'L' or 'RGB', got {img.mode!r}; convert them first")
         # As torchvision: PIL images go through PIL's own operations, with the tensor path's draws (its
         # template, then Cutout's centres), hence its pixels (functional/_pil.py).
         prob, mag = self.policy_at("cpu")

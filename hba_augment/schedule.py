@@ -1,7 +1,7 @@
-"""Learned augmentation schedules: one policy per search epoch (SPEC section 4).
+"""Learned augmentation schedules: one policy per search epoch (the contract, section 4).
 
 A :class:`Schedule` holds, for each of ``S`` search epochs, the probability and magnitude of the 30
-slots (2 copies x 15 ops) of PBA's template (SPEC section 2), plus the distribution of the number of
+slots (2 copies x 15 ops) of PBA's template (the contract, section 2), plus the distribution of the number of
 ops applied per image. It is what ``hba-augment search`` writes and what :class:`~hba_augment.HBAPolicy`
 reads; the JSON format is validated on load and on construction, so a schedule that exists is valid.
 """
@@ -13,30 +13,31 @@ import math
 import numbers
 import operator
 import os
+import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from ._io import atomic_open
-from .functional._table import NUM_OPS, OP_NAMES, OPS
+from ._space import DEFAULT_COUNT_PROBS, NUM_COPIES, OP_NAMES, OP_RANGES
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["Schedule"]
 
 FORMAT = "hba-schedule"
-#: The format version this package writes. Version 2 holds Solarize and Posterize as strengths (SPEC
-#: section 1); version 1 held PIL's raw threshold and bit count, and is converted on load.
+#: The format version this package writes (the contract, section 4). Version 2 holds Solarize and Posterize
+#: as strengths; version 1 held PIL's raw threshold and bit count, and is converted on load.
 VERSION = 2
 #: Versions :meth:`Schedule.from_dict` reads.
 READABLE_VERSIONS = (1, 2)
 _SOLARIZE = OP_NAMES.index("Solarize")
 _POSTERIZE = OP_NAMES.index("Posterize")
-NUM_COPIES = 2
-#: Distribution of the number K of ops applied per image (SPEC section 2): P(K=0), P(K=1), P(K=2).
-DEFAULT_COUNT_PROBS: tuple[float, ...] = (0.2, 0.3, 0.5)
+NUM_OPS = len(OP_NAMES)
 # K counts applied slots, so it can never exceed the 30 slots of the template.
 _MAX_COUNT = NUM_COPIES * NUM_OPS
 _SUM_TOLERANCE = 1e-6
@@ -46,12 +47,19 @@ _SIGNIFICANT_DIGITS = 6
 _KEYS = ("format", "version", "name", "ops", "count_probs", "epochs", "entries", "provenance")
 _ENTRY_KEYS = ("epoch", "prob", "mag")
 
-_HAS_MAG = np.array([spec.has_magnitude for spec in OPS])
-_LOW = np.array([spec.low if spec.has_magnitude else np.nan for spec in OPS], dtype=np.float64)
-_HIGH = np.array([spec.high if spec.has_magnitude else np.nan for spec in OPS], dtype=np.float64)
+_HAS_MAG = np.array([op.has_magnitude for op in OP_RANGES])
+_LOW = np.array([op.low if op.has_magnitude else np.nan for op in OP_RANGES], dtype=np.float64)
+_HIGH = np.array([op.high if op.has_magnitude else np.nan for op in OP_RANGES], dtype=np.float64)
 # A float32 range end (0.3f, 0.2f) lies just outside the float64 range; values that far out are float32
 # rounding of a bound, not a different magnitude, and are set to the bound. 1e-6 relative is 10x float32's.
 _SNAP = 1e-6 * np.fmax(np.abs(_LOW), np.abs(_HIGH))
+
+
+def _is_tensor(value: Any) -> bool:
+    # torch is imported only where a tensor goes in or out, so that reading a schedule (hba-augment show)
+    # does not import it; a tensor cannot exist before torch is imported.
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
 
 
 def _slot(field: str, s: int, c: int, k: int) -> str:
@@ -71,9 +79,11 @@ def _check_int(value: Any, what: str, minimum: int) -> int:
 
 
 def _check_count_probs(count_probs: Any) -> tuple[float, ...]:
-    if isinstance(count_probs, (str, bytes, Mapping)) or not isinstance(count_probs, (Sequence, np.ndarray, torch.Tensor)):
+    if isinstance(count_probs, (str, bytes, Mapping)) or not (
+        isinstance(count_probs, (Sequence, np.ndarray)) or _is_tensor(count_probs)
+    ):
         raise ValueError(f"count_probs must be a sequence of probabilities, got {count_probs!r}")
-    values = list(count_probs.tolist() if isinstance(count_probs, (np.ndarray, torch.Tensor)) else count_probs)
+    values = list(count_probs if isinstance(count_probs, Sequence) else count_probs.tolist())
     if not 1 <= len(values) <= _MAX_COUNT + 1:
         raise ValueError(f"count_probs must have 1 to {_MAX_COUNT + 1} entries (P(K=0), P(K=1), ...), got {len(values)}")
     out = []
@@ -100,7 +110,7 @@ def _check_provenance(provenance: Any) -> dict[str, Any]:
 
 
 def _as_array(values: Any, field: str) -> np.ndarray:
-    if isinstance(values, torch.Tensor):
+    if _is_tensor(values):
         values = values.detach().cpu().double().numpy()
     try:
         array = np.array(values, dtype=np.float64)
@@ -266,7 +276,7 @@ class Schedule:
         epochs = _check_int(epochs, "epochs", 1)
         arrays = []
         for field, values in (("prob", prob), ("mag", mag)):
-            if isinstance(values, torch.Tensor):
+            if _is_tensor(values):
                 values = values.detach().cpu().double().numpy()
             try:
                 array = np.array(values, dtype=np.float64)
@@ -279,7 +289,7 @@ class Schedule:
 
     @classmethod
     def from_dict(cls, data: Any) -> Schedule:
-        """Build a schedule from the JSON structure of SPEC section 4 (as returned by ``json.load``).
+        """Build a schedule from the JSON structure of the contract, section 4 (as returned by ``json.load``).
 
         Raises:
             ValueError: on any violation of the format, naming the field.
@@ -382,7 +392,7 @@ class Schedule:
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
-        """The JSON structure of SPEC section 4, at full float precision (``null`` for NaN magnitudes)."""
+        """The JSON structure of the contract, section 4, at full float precision (``null`` for NaN magnitudes)."""
         return self._to_dict(round_floats=False)
 
     def _to_dict(self, round_floats: bool) -> dict[str, Any]:
@@ -438,8 +448,13 @@ class Schedule:
             total_epochs (int, optional): training length T >= 1; ``None`` means the schedule's own length S.
         """
         epoch = _check_int(epoch, "epoch", 0)
-        total = self.epochs if total_epochs is None else _check_int(total_epochs, "total_epochs", 1)
-        return min(epoch * self.epochs // total, self.epochs - 1)
+        total = None if total_epochs is None else _check_int(total_epochs, "total_epochs", 1)
+        return self._index(epoch, total)
+
+    def _index(self, epoch: int, total_epochs: int | None) -> int:
+        # index() without its checks, for callers that checked both values once already (HBAPolicy checks
+        # the epoch in set_epoch and total_epochs in its constructor, not on every image).
+        return min(epoch * self.epochs // (total_epochs or self.epochs), self.epochs - 1)
 
     def at(self, epoch: int, total_epochs: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The policy at a training epoch (see :meth:`index`).
@@ -448,10 +463,15 @@ class Schedule:
             (prob, mag): float32 tensors of shape ``(2, 15)`` on the CPU; ``mag`` is NaN for the ops
             without a magnitude.
         """
-        s = self.index(epoch, total_epochs)
+        return self._entry(self.index(epoch, total_epochs))
+
+    def _entry(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        # at() of an index that index() returned.
+        import torch
+
         return (
-            torch.tensor(self._prob[s], dtype=torch.float32),
-            torch.tensor(self._mag[s], dtype=torch.float32),
+            torch.tensor(self._prob[index], dtype=torch.float32),
+            torch.tensor(self._mag[index], dtype=torch.float32),
         )
 
     # ------------------------------------------------------------------ display

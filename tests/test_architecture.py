@@ -14,6 +14,7 @@ never imports ``train``. ``cli.py`` (the command dispatcher) names both commands
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from hba_augment._lazy import lazy_exports
 from hba_augment.functional import OP_NAMES
 
 PACKAGE = Path(__file__).resolve().parents[1] / "hba_augment"
@@ -127,9 +129,74 @@ def test_op_names_are_listed_only_in_the_table():
     pattern = re.compile("|".join(rf"[\"']{name}[\"']" for name in OP_NAMES))
     offenders = []
     for path in PACKAGE.rglob("*.py"):
-        if path.name == "_table.py":
+        if path.name in ("_table.py", "_space.py"):  # the kernels' table; the torch-free names and ranges
             continue
         starts = [m.start() for m in pattern.finditer(path.read_text())]
         if any(b - a < 200 for a, b in zip(starts, starts[2:], strict=False)):
             offenders.append(str(path.relative_to(PACKAGE)))
     assert offenders == []
+
+
+def _top_level_kinds() -> dict[str, str]:
+    """Every top-level ``def`` / ``class`` name of the package's source -> ``function`` / ``class``."""
+    kinds = {}
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.parse(path.read_text(), filename=str(path)).body:
+            if isinstance(node, ast.FunctionDef):
+                kinds[node.name] = "function"
+            elif isinstance(node, ast.ClassDef):
+                kinds[node.name] = "class"
+    return kinds
+
+
+def test_no_exported_name_is_shadowed_by_a_submodule():
+    # In a fresh interpreter, import every submodule first (importing one binds its name in its package,
+    # which hid ``hba_augment.search.hyperize`` the function behind the module of the same name), then
+    # look up every name of every ``__all__`` the way ``from package import name`` does.
+    code = (
+        "import importlib, json, pkgutil, sys, types, hba_augment\n"
+        "names = [m.name for m in pkgutil.walk_packages(hba_augment.__path__, 'hba_augment.')]\n"
+        "modules = [importlib.import_module(n) for n in ['hba_augment', *names]]\n"
+        "def kind(v):\n"
+        "    if isinstance(v, types.ModuleType): return 'module'\n"
+        "    if isinstance(v, type): return 'class'\n"
+        "    return 'function' if isinstance(v, types.FunctionType) else 'data'\n"
+        "out = {}\n"
+        "for m in modules:\n"
+        "    for name in getattr(m, '__all__', ()):\n"
+        "        exec(f'from {m.__name__} import {name} as value', globals())\n"
+        "        out[f'{m.__name__}.{name}'] = kind(value)\n"
+        "print(json.dumps(out))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    kinds = json.loads(out)
+    assert "hba_augment.search.hyperize" in kinds and "hba_augment.HBAPolicy" in kinds
+    defined = _top_level_kinds()
+    wrong = {}
+    for qualified, kind in kinds.items():
+        name = qualified.rpartition(".")[2]
+        expected = "module" if qualified in EXPORTED_MODULES else defined.get(name, "data")
+        if kind != expected:
+            wrong[qualified] = f"{kind}, expected {expected}"
+    assert wrong == {}
+
+
+#: The public names that are submodules themselves.
+EXPORTED_MODULES = {"hba_augment.functional"}
+
+
+def test_lazy_exports_refuse_a_name_defined_in_a_submodule_of_the_same_name():
+    with pytest.raises(ValueError, match=r"\['hyperize'\] are also submodule names"):
+        lazy_exports("hba_augment.search", {}, {"hyperize": "hyperize", "STRATEGIES": "hyperize"})
+    with pytest.raises(ValueError, match=r"\['functional'\]"):
+        lazy_exports("hba_augment", {}, {"functional": "functional"}, submodules=("functional",))
+
+
+def test_the_torch_free_op_table_agrees_with_the_kernels_table():
+    # hba_augment._space holds the names and ranges that schedules are validated against without torch;
+    # functional's OPS pairs each op with its kernel. Until OPS is built from _space, both must agree.
+    from hba_augment import _space, functional
+
+    assert [(op.name, op.low, op.high, op.signed) for op in functional.OPS] == [tuple(op) for op in _space.OP_RANGES]
+    assert _space.MAGNITUDE_OPS == functional.MAGNITUDE_OPS and _space.OP_NAMES == functional.OP_NAMES
+    assert (_space.NUM_COPIES, _space.DEFAULT_COUNT_PROBS) == (functional.NUM_COPIES, functional.DEFAULT_COUNT_PROBS)

@@ -95,6 +95,26 @@ def test_help_version_and_parse_errors_do_not_import_torch():
 
 
 # ------------------------------------------------------------------------------------------ show
+def test_show_does_not_import_torch(schedule_file: Path, tmp_path: Path):
+    # Printing a JSON file took 3-5 s while torch and torchvision were imported; the schedule's validation
+    # reads the torch-free op table (hba_augment._space). One fresh interpreter runs show on a shipped
+    # name, a file, a file with --plot (matplotlib, but not torch) and a bad file, and reports torch.
+    plot = tmp_path / "p.png"
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    code = ("import contextlib, io, sys\n"
+            "from hba_augment.cli import main\n"
+            f"for argv in (['show', 'cifar10'], ['show', {str(schedule_file)!r}, '--epoch', '2'],\n"
+            f"             ['show', {str(schedule_file)!r}, '--plot', {str(plot)!r}], ['show', {str(bad)!r}]):\n"
+            "    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+            "        status = main(argv)\n"
+            "    print(status, 'torch' in sys.modules)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == ["0 False", "0 False", "0 False", "2 False"]
+    assert plot.read_bytes().startswith(PNG_MAGIC)
+
+
 def test_show_prints_table_and_plots(schedule_file: Path, tmp_path: Path, capsys):
     assert main(["show", str(schedule_file), "--epoch", "2"]) == 0
     out = capsys.readouterr().out
@@ -218,23 +238,63 @@ def test_missing_data_hints_and_no_empty_folders(command, tmp_path: Path, capsys
     # No data: the hint names the command-line flag, and the folders the run created are removed.
     assert main([command, "--data-dir", str(tmp_path / "nowhere"), "--out", str(out), *extra]) == 2
     err = capsys.readouterr().err
-    assert "--download" in err
+    assert "pass --download to fetch" in err and "download=True" not in err
     assert not (tmp_path / "runs").exists()
     # An image-folder archive read as CIFAR: the hint names --dataset imagefolder.
     archive = tmp_path / "images.tar.gz"
     archive.write_bytes(b"")
     assert main([command, "--data-dir", str(archive), "--out", str(out), *extra]) == 2
-    assert "--dataset imagefolder" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "read with --dataset imagefolder" in err and "dataset=" not in err
     # The official CIFAR archive: the hint says to pass its folder with --download (nothing is fetched).
     official = tmp_path / "cifar-10-python.tar.gz"
     official.write_bytes(b"")
     assert main([command, "--data-dir", str(official), "--out", str(out), *extra]) == 2
-    assert f"folder holding it ({tmp_path})" in capsys.readouterr().err
+    assert f"folder holding it ({tmp_path}) with --download:" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
     # An output folder that existed before the failed run is kept.
     out.mkdir(parents=True)
     assert main([command, "--data-dir", str(tmp_path / "nowhere"), "--out", str(out), *extra]) == 2
     assert out.is_dir()
+
+
+def test_messages_name_the_flag_on_the_command_line_and_the_argument_in_python(tmp_path: Path, capsys):
+    # One message, two readers: a library caller passes resume=True, a command-line user types --resume.
+    from hba_augment._cli_common import option, run_command
+    from hba_augment.datasets import load_dataset
+
+    def refuse():
+        raise ValueError(f"pass {option('resume', True)}, {option('plot', False)}, "
+                         f"{option('dataset', 'imagefolder')}, {option('cutout', 'SIZE', placeholder=True)}, {option('t_val')}")
+
+    assert run_command("prog", refuse, RuntimeError) == 2
+    assert capsys.readouterr().err == "prog: error: pass --resume, --no-plot, --dataset imagefolder, --cutout SIZE, --t-val\n"
+    with pytest.raises(ValueError, match=r"^pass resume=True, plot=False, dataset='imagefolder', cutout=SIZE, t_val$"):
+        refuse()
+    # The setting ends with the command: a library call after it reads the Python argument again.
+    with pytest.raises(FileNotFoundError, match=r"pass download=True to fetch"):
+        load_dataset("cifar10", tmp_path)
+
+
+def test_settings_in_messages_are_flags_on_the_command_line(tmp_path: Path, data_dir: Path, capsys):
+    out = str(tmp_path / "out")
+    assert main(["train", "--data-dir", str(data_dir), "--policy", "none", "--eval-split", "val", "--out", out]) == 2
+    assert "error: --eval-split val needs --train-size: the validation" in capsys.readouterr().err
+    assert main(["search", "--data-dir", str(data_dir), "--lr-schedule", "step", "--lr-milestones", "5,3",
+                 "--out", out]) == 2
+    assert "error: --lr-milestones must be increasing epochs" in capsys.readouterr().err
+
+
+def test_an_used_output_folder_names_resume_as_its_caller_spells_it(tmp_path: Path, capsys):
+    from hba_augment.train import TrainConfig, train_and_evaluate
+
+    (tmp_path / "result.json").write_text("{}")
+    args = ["--data-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path), "--policy", "none"]
+    assert main(["train", *args]) == 2
+    err = capsys.readouterr().err
+    assert "already holds result.json; pass --resume to continue" in err and "resume=True" not in err
+    with pytest.raises(ValueError, match=r"already holds result.json; pass resume=True to continue"):
+        train_and_evaluate(TrainConfig(data_dir=str(tmp_path / "nowhere"), policy="none"), tmp_path)
 
 
 def test_search_bad_values(tmp_path: Path, data_dir: Path, capsys):

@@ -127,7 +127,7 @@ def test_train_on_two_processes_tests_like_one_process(cifar_dir: Path, tmp_path
     again = _torchrun(2, args, timeout=120)
     assert again.returncode != 0
     assert "hba-augment train: error: " in again.stderr
-    assert "already holds result.json, checkpoint.pt; pass resume=True (--resume)" in again.stderr
+    assert "already holds result.json, checkpoint.pt; pass --resume to continue" in again.stderr
     assert "lost the other processes" not in again.stderr
 
 

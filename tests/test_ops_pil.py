@@ -1,6 +1,6 @@
-"""Agreement of the 15 op kernels with the PIL calls of SPEC section 1, on real lossless CIFAR-10 images.
+"""Agreement of the 15 op kernels with the PIL calls of the contract, section 1, on real lossless CIFAR-10 images.
 
-Conventions checked here (SPEC section 1 plus the TF/PBA reference implementation):
+Conventions checked here (the contract, section 1 plus the TF/PBA reference implementation):
 
 - ShearX with magnitude s is PIL ``AFFINE (1, s, 0, 0, 1, 0)``; ShearY is ``(1, 0, 0, s, 1, 0)``.
 - TranslateX with magnitude m is PIL ``AFFINE (1, 0, round(m * W), 0, 1, 0)`` exactly as the TF/PBA
@@ -9,18 +9,20 @@ Conventions checked here (SPEC section 1 plus the TF/PBA reference implementatio
   the opposite of torchvision's ``F.affine(translate=...)``; the sign is drawn at random anyway.
 - Rotate with magnitude d is PIL ``rotate(d)``: counter-clockwise about the centre.
 
-Tolerances (SPEC section 1): pointwise ops exactly; blends, Equalize and AutoContrast within one 8-bit
+Tolerances (the contract, section 1): pointwise ops exactly; blends, Equalize and AutoContrast within one 8-bit
 level; NEAREST geometric ops on all but a small fraction of pixels (integer translations exactly).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from PIL import Image, ImageEnhance, ImageOps
+from PIL import Image
 from torchvision.transforms import InterpolationMode
 
 F = pytest.importorskip("hba_augment.functional")
@@ -28,8 +30,6 @@ apply_op = F.apply_op
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
-NEAREST = Image.Resampling.NEAREST
-AFFINE = Image.Transform.AFFINE
 
 #: Most pixels (any channel) a NEAREST geometric op may get wrong vs PIL (half-pixel conventions).
 GEOMETRIC_MAX_FRACTION = 0.02
@@ -38,7 +38,7 @@ GEOMETRIC_MAX_FRACTION_PER_IMAGE = 0.05
 
 
 # ----------------------------------------------------------------------------------------------------
-# Converting between tensors and PIL images, and the PIL references of SPEC section 1.
+# Converting between tensors and PIL images, and the PIL references of the contract, section 1.
 # ----------------------------------------------------------------------------------------------------
 
 
@@ -67,52 +67,18 @@ def pil_fill(fill, channels: int):
     return fill[0] if channels == 1 else tuple(fill)
 
 
-def _translate_pixels(m: float, size: int) -> int:
-    return round(m * size)  # Python's round: half to even, like torch.round
-
-
-def _posterize(img: Image.Image, bits: int) -> Image.Image:
-    if bits == 0:
-        # Pillow >= 11 refuses bits=0; its former lookup table i & ~(2**8 - 1) is 0 (black), as SPEC says.
-        return img.point([0] * 256 * len(img.getbands()))
-    return ImageOps.posterize(img, bits)
-
-
-PIL_REFERENCE = {
-    "ShearX": lambda img, m, fc: img.transform(img.size, AFFINE, (1, m, 0, 0, 1, 0), resample=NEAREST, fillcolor=fc),
-    "ShearY": lambda img, m, fc: img.transform(img.size, AFFINE, (1, 0, 0, m, 1, 0), resample=NEAREST, fillcolor=fc),
-    "TranslateX": lambda img, m, fc: img.transform(
-        img.size, AFFINE, (1, 0, _translate_pixels(m, img.size[0]), 0, 1, 0), resample=NEAREST, fillcolor=fc
-    ),
-    "TranslateY": lambda img, m, fc: img.transform(
-        img.size, AFFINE, (1, 0, 0, 0, 1, _translate_pixels(m, img.size[1])), resample=NEAREST, fillcolor=fc
-    ),
-    "Rotate": lambda img, m, fc: img.rotate(m, resample=NEAREST, fillcolor=fc),
-    "AutoContrast": lambda img, m, fc: ImageOps.autocontrast(img),
-    "Invert": lambda img, m, fc: ImageOps.invert(img),
-    "Equalize": lambda img, m, fc: ImageOps.equalize(img),
-    "Solarize": lambda img, m, fc: ImageOps.solarize(img, 256 - m),
-    "Posterize": lambda img, m, fc: _posterize(img, 8 - round(m)),
-    "Contrast": lambda img, m, fc: ImageEnhance.Contrast(img).enhance(m),
-    "Color": lambda img, m, fc: ImageEnhance.Color(img).enhance(m),
-    "Brightness": lambda img, m, fc: ImageEnhance.Brightness(img).enhance(m),
-    "Sharpness": lambda img, m, fc: ImageEnhance.Sharpness(img).enhance(m),
-}
-
-
-PIL_BILINEAR = {
-    "ShearX": lambda img, m, rs: img.transform(img.size, AFFINE, (1, m, 0, 0, 1, 0), resample=rs),
-    "ShearY": lambda img, m, rs: img.transform(img.size, AFFINE, (1, 0, 0, m, 1, 0), resample=rs),
-    "TranslateX": lambda img, m, rs: img.transform(img.size, AFFINE, (1, 0, _translate_pixels(m, img.size[0]), 0, 1, 0), resample=rs),
-    "TranslateY": lambda img, m, rs: img.transform(img.size, AFFINE, (1, 0, 0, 0, 1, _translate_pixels(m, img.size[1])), resample=rs),
-    "Rotate": lambda img, m, rs: img.rotate(m, resample=rs),
-}
+# The PIL calls themselves have one home, shared with the benchmarks: ``op(img, m, fill, rng, resample)``.
+_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "reference_pba.py"
+_spec = importlib.util.spec_from_file_location("reference_pba", _PATH)
+reference_pba = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(reference_pba)
+PIL_OPS = reference_pba.PIL_OPS
 
 
 def pil_apply(images: torch.Tensor, op: str, magnitude, fill=None) -> torch.Tensor:
     """Apply the PIL reference of ``op`` image by image to a uint8 (B, C, H, W) batch."""
     fc = pil_fill(fill, images.shape[1])
-    return torch.stack([from_pil(PIL_REFERENCE[op](to_pil(img), magnitude, fc)) for img in images])
+    return torch.stack([from_pil(PIL_OPS[op](to_pil(img), magnitude, fc, None)) for img in images])
 
 
 def grayscale(images: torch.Tensor) -> torch.Tensor:
@@ -244,7 +210,7 @@ class _GeometricCase(_PILCase):
         images = cifar_images[:32]
         out = apply_op(images, self.OP, magnitude, interpolation=InterpolationMode.BILINEAR).double()
         bilinear = Image.Resampling.BILINEAR
-        ref = torch.stack([from_pil(PIL_BILINEAR[self.OP](to_pil(img), magnitude, bilinear)) for img in images]).double()
+        ref = torch.stack([from_pil(PIL_OPS[self.OP](to_pil(img), magnitude, 0, None, bilinear)) for img in images]).double()
         diff = (out - ref).abs()
         assert diff.max().item() <= 1.0, (
             f"{self.OP} magnitude={magnitude} BILINEAR: max diff {diff.max().item():.0f} levels, "
@@ -361,7 +327,7 @@ class TestSolarize(_PILCase):
     OP, FUNC, KIND = "Solarize", "solarize", "exact"
     MAGNITUDES = (0.0, 1.0, 64.0, 127.5, 128.0, 200.0, 255.0)
 
-    # Strength m inverts the levels >= 256 - m (SPEC section 1): 0 none, 255 all but level 0.
+    # Strength m inverts the levels >= 256 - m (the contract, section 1): 0 none, 255 all but level 0.
     @pytest.mark.parametrize("strength", [0, 0.5, 1, 100, 127.5, 128, 254.5, 255])
     def test_all_levels(self, strength):
         image = torch.arange(256, dtype=torch.uint8).reshape(1, 16, 16)

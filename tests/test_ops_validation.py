@@ -1,6 +1,6 @@
 """Bad input to the op kernels raises ValueError naming the op, the offending value and the allowed range.
 
-Nothing is clamped silently (SPEC section 1). Decisions written down here:
+Nothing is clamped silently (the contract, section 1). Decisions written down here:
 
 - Ops without a magnitude (AutoContrast, Invert, Equalize) accept only ``None``; a number is an error.
 - Images may be uint8 or any floating dtype; every other dtype (int*, uint16, bool) is an error.

@@ -31,7 +31,7 @@ _PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "reference_pba.py"
 _spec = importlib.util.spec_from_file_location("reference_pba", _PATH)
 reference_pba = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(reference_pba)
-#: PIL's call of every op (SPEC section 1), NEAREST: ``op(img, magnitude, fill, rng)``.
+#: PIL's call of every op (the contract, section 1), NEAREST: ``op(img, magnitude, fill, rng)``.
 PIL_OPS = reference_pba.PIL_OPS
 
 NEAREST, BILINEAR = InterpolationMode.NEAREST, InterpolationMode.BILINEAR
@@ -144,7 +144,7 @@ def test_each_op_gives_the_tensor_paths_pixels(op, interpolation, size, mode, fr
 @pytest.mark.parametrize("fill", [None, 77], ids=["fill=None", "fill=77"])
 @pytest.mark.parametrize("op", [name for name in OP_NAMES if name != "Cutout"])
 def test_each_op_is_pils_call(op, fill, mode, size, cifar_images):
-    # The PIL path against the SPEC's PIL call (benchmarks/reference_pba.py) with the drawn signed magnitude.
+    # The PIL path against the contract's PIL call (benchmarks/reference_pba.py) with the drawn signed magnitude.
     x = sized(cifar_images, size, 8)
     schedule = one_op(op, magnitude_at(op, 0.8))
     prob, mag = schedule.at(0)

@@ -1,4 +1,4 @@
-"""HBAPolicy (SPEC sections 2 and 5): template statistics, epochs, workers, seeding, input types, validation."""
+"""HBAPolicy (the contract, sections 2 and 5): template statistics, epochs, workers, seeding, input types, validation."""
 
 from __future__ import annotations
 
@@ -684,6 +684,23 @@ def test_policy_cache_follows_the_epoch():
     policy.set_epoch(1)
     p1, m1 = policy.policy_at("cpu")
     assert p1.sum().item() == 1 and p1.dtype == torch.float32 and m1.shape == (2, NUM_OPS)
+
+
+def test_the_epoch_is_checked_once_on_the_way_in_not_per_call(monkeypatch):
+    # set_epoch and the constructor check epoch and total_epochs; a call only looks the entry up. (It
+    # went through Schedule.index and then Schedule.at(index), which checked both again, on every image.)
+    from hba_augment import schedule as schedule_module
+
+    policy = two_phase(total_epochs=10)
+    policy.set_epoch(7)
+    checked = []
+    monkeypatch.setattr(schedule_module, "_check_int", lambda value, *args: checked.append(value) or value)
+    x = images(4)
+    torch.testing.assert_close(policy(x), 255 - x)
+    pil = policy(T.functional.to_pil_image(x[0]))
+    assert np.array_equal(np.asarray(pil), 255 - x[0].permute(1, 2, 0).numpy())
+    assert checked == []
+    assert policy.schedule.index(7, 10) == 1 and checked == [7, 10]  # the public lookup still checks
 
 
 @pytest.mark.parametrize("end", ["low", "high"])

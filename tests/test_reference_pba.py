@@ -1,5 +1,5 @@
 """The per-image PIL reference of PBA's template (benchmarks/reference_pba.py), the benchmarks' baseline:
-it must apply the SPEC's ops with the template's statistics, and draw what ``functional.augment`` draws."""
+it must apply the contract's ops with the template's statistics, and draw what ``functional.augment`` draws."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def test_first_op_follows_the_template():
 
 @pytest.mark.parametrize("op", [name for name in F.OP_NAMES if name != "Cutout"])
 def test_ops_agree_with_the_kernels(op, cifar_images):
-    # The reference's PIL calls are the SPEC's: on real images they agree with the batched kernels
+    # The reference's PIL calls are the contract's: on real images they agree with the batched kernels
     # (exactly for pointwise ops and translations; blends within a level; other warps nearly everywhere).
     spec = F.OPS[F.op_index(op)]
     m = None if not spec.has_magnitude else (-0.6 if spec.signed else 0.6) * spec.high + 0.4 * spec.low

@@ -1,4 +1,4 @@
-"""Schedule (SPEC section 4): construction, JSON round trip, validation, epoch scaling; shipped-schedule lookup."""
+"""Schedule (the contract, section 4): construction, JSON round trip, validation, epoch scaling; shipped-schedule lookup."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ from torch import nn
 from hba_augment.functional._table import MAGNITUDE_OPS, NUM_OPS, OP_NAMES, OPS
 from hba_augment.models import available_models, create_model
 from hba_augment.schedule import Schedule
+from hba_augment.search._hyperize import STRATEGIES, HyperModel, hyperize
 from hba_augment.search.hparams import (
     HPARAM_NAMES,
     NUM_HPARAMS,
@@ -21,7 +22,6 @@ from hba_augment.search.hparams import (
     policy_to_hparams,
 )
 from hba_augment.search.hyper import HyperBatchNorm2d, HyperConv2d, HyperLinear
-from hba_augment.search.hyperize import STRATEGIES, HyperModel, hyperize
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -399,7 +399,7 @@ def test_identity_init_starts_the_enhancers_at_factor_one_and_leaves_the_rest(ci
 
 
 def test_initial_policy_is_mild_on_real_images(cifar_images):
-    """SPEC section 1: the initial magnitudes of Solarize and Posterize (strengths) barely change an image.
+    """the contract, section 1: the initial magnitudes of Solarize and Posterize (strengths) barely change an image.
 
     With raw thresholds and bits (format version 1) the same initial values inverted 97% of the pixels and
     turned images black.

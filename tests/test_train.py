@@ -90,7 +90,7 @@ def test_validation_split_holds_out_train_images_and_keeps_the_training_subset(c
 
 @pytest.mark.parametrize(("kw", "match"), [
     ({"eval_split": "valid"}, "eval_split must be one of \\['test', 'val'\\], got 'valid'"),
-    ({"eval_split": "val", "train_size": None}, "eval_split 'val' needs train_size"),
+    ({"eval_split": "val", "train_size": None}, "eval_split='val' needs train_size:"),
 ])
 def test_bad_eval_split_is_refused(cifar_dir, kw, match):
     with pytest.raises(ValueError, match=match):

@@ -1,7 +1,8 @@
-"""The hypernetwork search that learns HBA schedules (paper section 3, SPEC section 6).
+"""The hypernetwork search that learns HBA schedules (paper section 3, the contract, section 6).
 
 * :mod:`~hba_augment.search.hyper`: hyper-layers ``HyperConv2d``, ``HyperLinear``, ``HyperBatchNorm2d``;
-* :mod:`~hba_augment.search.hyperize`: ``hyperize(model, num_hparams, strategy)`` -> ``HyperModel``;
+* ``hyperize(model, num_hparams, strategy)`` -> ``HyperModel`` (module ``_hyperize``: private, so that it
+  cannot shadow the function of the same name);
 * :mod:`~hba_augment.search.hparams`: the 54 hyperparameters and their map to a policy;
 * :mod:`~hba_augment.search.loop`: ``SearchConfig`` and ``run_search`` (Algorithm 2);
 * :mod:`~hba_augment.search.plot`: ``plot_schedule``; :mod:`~hba_augment.search.cli`: ``hba-augment search``.
@@ -19,9 +20,9 @@ _EXPORTS = {
     "HyperBatchNorm2d": "hyper",
     "HyperConv2d": "hyper",
     "HyperLinear": "hyper",
-    "HyperModel": "hyperize",
-    "STRATEGIES": "hyperize",
-    "hyperize": "hyperize",
+    "HyperModel": "_hyperize",
+    "STRATEGIES": "_hyperize",
+    "hyperize": "_hyperize",
     "NUM_HPARAMS": "hparams",
     "hparams_to_policy": "hparams",
     "init_hparams": "hparams",

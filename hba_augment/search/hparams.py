@@ -1,4 +1,4 @@
-"""The search's view of a policy: 54 unbounded hyperparameters (SPEC section 3).
+"""The search's view of a policy: 54 unbounded hyperparameters (the contract, section 3).
 
 Layout of ``lambda`` (logit space, one real per entry):
 
@@ -75,7 +75,7 @@ def init_hparams(
 
     Args:
         init: a name of :mod:`~hba_augment.search.priors`: ``"paper"`` (every entry ``logit(0.05)``, i.e.
-            ``0.95 lo + 0.05 hi``, SPEC section 3), ``"identity"``, ``"uniform:F"`` or ``"trivialaugment"``.
+            ``0.95 lo + 0.05 hi``, the contract, section 3), ``"identity"``, ``"uniform:F"`` or ``"trivialaugment"``.
         dtype, device: of the result.
 
     Returns:

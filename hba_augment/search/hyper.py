@@ -1,4 +1,4 @@
-"""Hyper-layers: layers whose weights are a rank-1 linear function of the hyperparameters (SPEC section 6).
+"""Hyper-layers: layers whose weights are a rank-1 linear function of the hyperparameters (the contract, section 6).
 
 For a layer with weight ``W`` (``c_out`` rows) and hyperparameters ``lambda`` (``n`` values), a hyper-layer
 holds ``phi_0`` and ``phi_U`` shaped like ``W`` and ``phi_V`` of shape ``(c_out, n)`` and uses
@@ -12,7 +12,7 @@ per example costs one call of the underlying op with ``2 * c_out`` output channe
 weight per example. The bias has the same form with its own ``phi_0``, ``phi_U`` (``c_out``) and ``phi_V``.
 
 Each layer is called as ``layer(x, hparams)`` with ``hparams`` of shape ``(B, n)`` (one row per example of
-``x``) or ``(n,)`` (shared by the batch). Inside a :class:`~hba_augment.search.hyperize.HyperModel` the
+``x``) or ``(n,)`` (shared by the batch). Inside a :class:`~hba_augment.search.HyperModel` the
 ``hparams`` argument may be omitted: the layer then reads the value that the enclosing ``HyperModel`` call
 published (see :func:`current_hparams`).
 

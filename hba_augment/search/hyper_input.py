@@ -70,7 +70,7 @@ def applied_input(applied: Tensor, hparams: Tensor) -> Tensor:
 
 
 def applied_probability(prob: Tensor, count_probs: Sequence[float]) -> Tensor:
-    """The probability that an image applies each slot under PBA's template (SPEC section 2), exactly.
+    """The probability that an image applies each slot under PBA's template (the contract, section 2), exactly.
 
     Slot ``s`` fires with probability ``p_s``; the fired slots are visited in a uniformly random order and
     the first ``K`` applied, ``K ~ count_probs``. Given that ``s`` fired and ``m`` others did, ``s`` is

@@ -1,4 +1,4 @@
-"""The HBA search loop (paper Algorithm 2, SPEC section 6).
+"""The HBA search loop (paper Algorithm 2, the contract, section 6).
 
 One *outer iteration*:
 
@@ -63,7 +63,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hba_augment import _distributed, _runner, functional
+from hba_augment import _cli_common, _distributed, _runner, functional
 from hba_augment._runner import (
     LR_SCHEDULES as LR_SCHEDULES,  # re-exported (this module defined it before _runner existed)
 )
@@ -72,10 +72,10 @@ from hba_augment._version import __version__
 from hba_augment.functional._table import MAGNITUDE_OPS, OPS
 from hba_augment.models import create_model
 from hba_augment.schedule import Schedule
+from hba_augment.search._hyperize import STRATEGIES, HyperModel, hyperize
 from hba_augment.search._presets import DEFAULT_PRESET, PRESETS
 from hba_augment.search.hparams import NUM_HPARAMS, NUM_PROB_HPARAMS, hparams_to_policy, init_hparams
 from hba_augment.search.hyper_input import HYPER_INPUTS, applied_input, expected_applied_input
-from hba_augment.search.hyperize import STRATEGIES, HyperModel, hyperize
 from hba_augment.search.priors import parse_init, prior_policy
 
 __all__ = [
@@ -125,7 +125,7 @@ class SearchConfig:
         dataset: one of ``hba_augment.datasets.DATASETS``.
         data_dir: where the dataset lives (see :func:`hba_augment.datasets.load_dataset`).
         model: a name for :func:`hba_augment.models.create_model`, e.g. ``"wrn-40-2"``.
-        strategy: weight-sharing strategy (:data:`hba_augment.search.hyperize.STRATEGIES`, not ``"none"``).
+        strategy: weight-sharing strategy (:data:`hba_augment.search.STRATEGIES`, not ``"none"``).
         epochs: search epochs = schedule entries.
         train_size, val_size: sizes of the disjoint, class-balanced training and validation subsets drawn
             (with ``seed``) from the dataset's training split.
@@ -167,7 +167,7 @@ class SearchConfig:
         device: e.g. ``"cpu"``, ``"cuda"``, ``"cuda:1"``.
         image_size, classes, download: passed to ``load_dataset``.
         flip, crop_padding, cutout: the baseline augmentation after the policy (``0`` disables).
-        count_probs: distribution of the number of ops per image (SPEC section 2); ``None``: the starting
+        count_probs: distribution of the number of ops per image (the contract, section 2); ``None``: the starting
             policy's (PBA's ``(0.2, 0.3, 0.5)``, or ``(1/14, 13/14)`` for ``trivialaugment``).
         channels_last: keep activations in channels-last memory format (``None``: on CPU only, where it
             measured about 15% faster for WRN-40-2; a layout choice, results agree up to rounding).
@@ -898,7 +898,7 @@ def run_search(
         # Checked before any work: a search of hours must not end in an ImportError.
         missing = missing_plot_dependency()
         if missing is not None:
-            log(f"warning: {missing}; {PLOT_FILE} will not be written (--no-plot or plot=False silences this)")
+            log(f"warning: {missing}; {PLOT_FILE} will not be written ({_cli_common.option('plot', False)} silences this)")
             plot = False
     if data is None:
         train, val, source = _load_data(config)
@@ -929,7 +929,7 @@ def run_search(
 
     _runner.run_epochs(search, epochs=config.epochs, records=search.metrics, checkpoint=files["checkpoint"],
                records_file=files["metrics"], seconds_key="epoch_seconds", ticks_per_epoch=search.outer_per_epoch,
-               tick_hook="on_iteration", desc="search", unit="it", report=report, progress=progress, log=log,
+               set_tick=lambda tick: setattr(search, "on_iteration", tick), desc="search", unit="it", report=report, progress=progress, log=log,
                on_epoch_end=on_epoch_end)
 
     schedule = search.schedule(command)

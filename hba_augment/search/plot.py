@@ -7,7 +7,8 @@ import os
 
 import numpy as np
 
-from hba_augment.functional._table import MAGNITUDE_OPS, OP_NAMES, OPS
+# The torch-free table, so that `hba-augment show --plot` does not import torch.
+from hba_augment._space import MAGNITUDE_OPS, OP_NAMES, OP_RANGES
 from hba_augment.schedule import Schedule
 
 __all__ = ["missing_plot_dependency", "plot_schedule", "schedule_curves"]
@@ -34,8 +35,8 @@ def schedule_curves(schedule: Schedule) -> tuple[np.ndarray, np.ndarray]:
         two copies and divided by the sum over all ops (rows sum to 1; a row of zeros stays zero).
     """
     ops = list(MAGNITUDE_OPS)
-    lo = np.array([OPS[k].low for k in ops])
-    hi = np.array([OPS[k].high for k in ops])
+    lo = np.array([OP_RANGES[k].low for k in ops])
+    hi = np.array([OP_RANGES[k].high for k in ops])
     mags = ((schedule.mag[:, :, ops] - lo) / (hi - lo)).sum(axis=1)
     probs = schedule.prob.sum(axis=1)
     total = probs.sum(axis=1, keepdims=True)

@@ -55,7 +55,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hba_augment import _distributed, _runner
+from hba_augment import _cli_common, _distributed, _runner
 from hba_augment._io import atomic_open
 from hba_augment._version import __version__
 
@@ -332,8 +332,8 @@ class TrainConfig:
         if self.eval_split not in EVAL_SPLITS:
             raise ValueError(f"eval_split must be one of {list(EVAL_SPLITS)}, got {self.eval_split!r}")
         if self.eval_split == "val" and self.train_size is None:
-            raise ValueError("eval_split 'val' needs train_size: the validation images are the train split's "
-                             "images outside the training subset")
+            raise ValueError(f"{_cli_common.option('eval_split', 'val')} needs {_cli_common.option('train_size')}: "
+                             "the validation images are the train split's images outside the training subset")
         _runner.check_int(self, "num_workers", 0, optional=True)
         _runner.check_int(self, "image_size", 1, optional=True)
         _runner.check_nonneg_number(self, "lr", positive=True)
@@ -347,7 +347,7 @@ class TrainConfig:
         kind, arg = parse_policy(self.policy)
         if kind == "cutout" and self.cutout == 0:
             raise ValueError(f"policy 'cutout' needs a Cutout size, but the {self.preset} preset has none; "
-                             "pass cutout (--cutout SIZE)")
+                             f"pass {_cli_common.option('cutout', 'SIZE', placeholder=True)}")
         if kind == "hba":
             _load_hba(arg, self.epochs)
 
@@ -784,6 +784,10 @@ class _Trainer:
     def save_checkpoint(self, path: Path) -> None:
         _runner.save_checkpoint(self.state_dict(), path)  # every rank builds it, rank 0 writes
 
+    def set_tick(self, tick: _runner.Tick | None) -> None:
+        """Call ``tick`` after every training step (the run driver's progress bar); ``None``: nothing."""
+        self.on_step = tick
+
     def close(self) -> None:
         # Persistent workers are shut down with their iterator; drop it explicitly.
         self.loader = None
@@ -869,7 +873,7 @@ def train_and_evaluate(
     try:
         _runner.run_epochs(trainer, epochs=config.epochs, records=trainer.history, checkpoint=files["checkpoint"],
                    records_file=files["history"], seconds_key="seconds", ticks_per_epoch=trainer.steps_per_epoch,
-                   tick_hook="on_step", desc=f"train {config.policy}", unit="step", report=report,
+                   set_tick=trainer.set_tick, desc=f"train {config.policy}", unit="step", report=report,
                    progress=progress, log=log, on_epoch_end=on_epoch_end)
     finally:
         trainer.close()

@@ -1,0 +1,86 @@
+"""The run driver's contract with its workers (``hba_augment._runner``): ``EpochWorker`` and ``set_tick``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hba_augment import _runner
+
+
+class CountingWorker:
+    """An EpochWorker of two progress units per epoch that records what the driver does to it."""
+
+    def __init__(self) -> None:
+        self.epoch = 0
+        self.wall_seconds = 0.0
+        self.tick: _runner.Tick | None = None
+        self.installed: list[bool] = []
+        self.saved: list[int] = []
+
+    def set_tick(self, tick: _runner.Tick | None) -> None:
+        self.tick = tick
+        self.installed.append(tick is not None)
+
+    def run_epoch(self) -> dict[str, Any]:
+        for _ in range(2):
+            assert self.tick is not None
+            self.tick()
+        self.epoch += 1
+        return {"epoch": self.epoch, "seconds": 0.25}
+
+    def save_checkpoint(self, path: Path) -> None:
+        self.saved.append(self.epoch)
+
+    def load_state_dict(self, state: dict[str, Any], path: Path) -> None:
+        self.epoch = state["epoch"]
+
+
+def _run(worker: Any, tmp_path: Path, **kwargs: Any) -> list[str]:
+    lines: list[str] = []
+    _runner.run_epochs(worker, epochs=3, records=kwargs.pop("records", []), checkpoint=tmp_path / "ck.pt",
+                       records_file=tmp_path / "records.jsonl", seconds_key="seconds", ticks_per_epoch=2,
+                       set_tick=kwargs.pop("set_tick", getattr(worker, "set_tick", None)), desc="test", unit="u",
+                       report=lambda record, remaining: (f"epoch {record['epoch']}, {remaining:g} s left", {}),
+                       progress=False, log=lines.append, on_epoch_end=None)
+    return lines
+
+
+def test_run_epochs_drives_an_epoch_worker_through_explicit_callbacks(tmp_path: Path):
+    worker = CountingWorker()
+    assert isinstance(worker, _runner.EpochWorker)
+    records: list[dict[str, Any]] = []
+    lines = _run(worker, tmp_path, records=records)
+    assert lines == ["epoch 1, 0.5 s left", "epoch 2, 0.25 s left", "epoch 3, 0 s left"]
+    assert worker.saved == [1, 2, 3] and worker.wall_seconds == 0.75
+    # The bar's callback is installed before the first epoch and taken back after the last one.
+    assert worker.installed == [True, False] and worker.tick is None
+    written = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    assert written == records and [r["wall_seconds"] for r in records] == [0.25, 0.5, 0.75]
+
+
+def test_the_callback_is_taken_back_when_an_epoch_fails(tmp_path: Path):
+    worker = CountingWorker()
+    worker.run_epoch = lambda: 1 / 0  # type: ignore[method-assign]
+    with pytest.raises(ZeroDivisionError):
+        _run(worker, tmp_path)
+    assert worker.installed == [True, False]
+
+
+class NoCheckpoint:
+    epoch = 0
+    wall_seconds = 0.0
+
+    def run_epoch(self) -> dict[str, Any]:
+        return {}
+
+
+def test_a_worker_without_the_protocol_is_refused_at_the_door(tmp_path: Path):
+    with pytest.raises(TypeError, match=r"NoCheckpoint lacks \['save_checkpoint', 'load_state_dict'\]"):
+        _run(NoCheckpoint(), tmp_path, set_tick=lambda tick: None)
+    with pytest.raises(TypeError, match="NoCheckpoint lacks"):
+        _runner.start_session(NoCheckpoint(), tmp_path / "ck.pt", resume=False, epochs=1, session_start=0.0,
+                              log=print, what="run")
