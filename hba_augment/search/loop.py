@@ -734,6 +734,10 @@ class _Search:
 
     on_iteration: Callable[[], None] | None = None
 
+    def set_tick(self, tick: _runner.Tick | None) -> None:
+        """The run driver's per-iteration callback (the progress bar), or ``None`` for none."""
+        self.on_iteration = tick
+
     def _diverged(self, what: str, value: float | None = None) -> SearchDivergedError:
         shown = "" if value is None else f" ({value})"
         kept = (f"The last good checkpoint holds {self.epoch} epoch(s)." if self.epoch
@@ -929,7 +933,7 @@ def run_search(
 
     _runner.run_epochs(search, epochs=config.epochs, records=search.metrics, checkpoint=files["checkpoint"],
                records_file=files["metrics"], seconds_key="epoch_seconds", ticks_per_epoch=search.outer_per_epoch,
-               set_tick=lambda tick: setattr(search, "on_iteration", tick), desc="search", unit="it", report=report, progress=progress, log=log,
+               set_tick=search.set_tick, desc="search", unit="it", report=report, progress=progress, log=log,
                on_epoch_end=on_epoch_end)
 
     schedule = search.schedule(command)
