@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hba_augment.datasets import load_dataset, reduced_split
-from hba_augment.functional import OP_NAMES, OPS, augment
+from hba_augment.functional import MAGNITUDE_OPS, OP_NAMES, OPS, augment
 from hba_augment.schedule import Schedule
 from hba_augment.search import loop
 from hba_augment.search.hparams import hparams_to_policy, init_hparams
@@ -198,21 +198,36 @@ def test_the_command_line_reaches_the_config(capsys):
 
 
 # ------------------------------------------------------------------------------------ teacher objective
-def test_teacher_objective_ascends_the_scores_es_estimate(tiny, monkeypatch):
-    search = loop._Search(_config(objective="teacher", init="trivialaugment", teacher_decay=0.9), *tiny,
-                          log=lambda m: None)
+@pytest.mark.parametrize("estimator", ["es", "applied"])
+def test_teacher_objective_ascends_the_scores_estimate(tiny, monkeypatch, estimator):
+    search = loop._Search(_config(objective="teacher", init="trivialaugment", teacher_decay=0.9,
+                                  teacher_estimator=estimator), *tiny, log=lambda m: None)
     start = search.hparams.detach().clone()
     teacher0 = [p.clone() for p in search.teacher.parameters()]
     seen = {}
     real = search._teacher_step
 
-    def spy(x, condition, logits, y, eps, global_size):
+    def spy(x, condition, logits, y, eps, applied, global_size):
         # The score, computed here from the same inputs before the step: hard for the network, easy for the teacher.
         with torch.no_grad(), loop._frozen_bn_statistics(search.teacher):
             t = torch.nn.functional.cross_entropy(search.teacher(search._layout(x), condition), y, reduction="none")
         r = torch.nn.functional.cross_entropy(logits.detach(), y, reduction="none") - t
-        seen["ascent"] = (r - r.mean()) @ eps / (len(y) * search.config.sigma)
-        real(x, condition, logits, y, eps, global_size)
+        w = r - r.mean()
+        if estimator == "es":
+            assert applied is None
+            seen["ascent"] = w @ eps / (len(y) * search.config.sigma)
+        else:
+            # Probabilities: the score's covariance with applying the slot; magnitudes: the perturbations of
+            # the images that applied the slot, and no other image's.
+            a = applied.reshape(len(y), -1).double()
+            prob = torch.stack([(w.double() * (a[:, s] - a[:, s].mean())).sum() for s in range(30)]) / len(y)
+            mag = torch.zeros(24, dtype=torch.float64)
+            for j in range(24):
+                copy, k = divmod(j, 12)
+                users = applied[:, copy, MAGNITUDE_OPS[k]]
+                mag[j] = (w[users].double() * eps[users, 30 + j].double()).sum() / len(y)
+            seen["ascent"] = torch.cat([prob, mag]).float()
+        real(x, condition, logits, y, eps, applied, global_size)
 
     monkeypatch.setattr(search, "_teacher_step", spy)
     acc = {k: torch.zeros(()) for k in _ACC_KEYS}
@@ -253,6 +268,7 @@ def test_teacher_search_resumes_bit_exact(tiny, tmp_path: Path):
     ({"objective": "teacher", "val_bn": "running"}, "no validation steps"),
     ({"objective": "bogus"}, "objective must be one of \\['hypernetwork', 'teacher'\\], got 'bogus'"),
     ({"teacher_decay": 1.0}, "teacher_decay must be a number in \\[0, 1\\), got 1.0"),
+    ({"teacher_estimator": "sgd"}, "teacher_estimator must be one of \\['applied', 'es'\\], got 'sgd'"),
 ])
 def test_bad_teacher_settings(overrides, match):
     with pytest.raises(ValueError, match=match):
