@@ -43,6 +43,7 @@ __all__ = [
     "cutout",
     "equalize",
     "equalize_table",
+    "identity_table",
     "invert",
     "invert_table",
     "lookup",
@@ -320,8 +321,14 @@ def _grayscale(images: Tensor, quantize: bool) -> Tensor:
     """
     if images.shape[1] == 1:
         return images
-    luma = _LUMA.to(device=images.device, dtype=_float_dtype(images))
+    luma = _luma(images.device, _float_dtype(images))
     return _round_half_up((images * luma).sum(dim=1, keepdim=True), quantize)
+
+
+@functools.lru_cache(maxsize=16)
+def _luma(device: torch.device, dtype: torch.dtype) -> Tensor:
+    """:data:`_LUMA` on ``device``, kept: a copy from the host on every call would synchronise a GPU."""
+    return _LUMA.to(device=device, dtype=dtype)
 
 
 def _float_dtype(images: Tensor) -> torch.dtype:
@@ -349,8 +356,13 @@ def lookup(images: Tensor, table: Tensor) -> Tensor:
     return table.gather(2, images.reshape(b, c, h * w).long()).view(b, c, h, w)
 
 
+def identity_table(batch: int, device: torch.device) -> Tensor:
+    """The table that leaves every level as it is, ``(B, 1, 1, 256)`` float32 (an expanded view)."""
+    return _ramp(device).expand(batch, 1, 1, 256)
+
+
 def _batch_ramp(images: Tensor) -> Tensor:
-    return _ramp(images.device).expand(images.shape[0], 1, 1, 256)
+    return identity_table(images.shape[0], images.device)
 
 
 def invert_table(images: Tensor, magnitude: Tensor | None, ctx: KernelContext) -> Tensor:
