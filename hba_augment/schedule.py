@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ._io import atomic_open
-from .functional._table import NUM_OPS, OP_NAMES, OPS
+from .functional import DEFAULT_COUNT_PROBS, NUM_COPIES, NUM_OPS, OP_NAMES, OPS
 
 __all__ = ["Schedule"]
 
@@ -34,9 +34,6 @@ VERSION = 2
 READABLE_VERSIONS = (1, 2)
 _SOLARIZE = OP_NAMES.index("Solarize")
 _POSTERIZE = OP_NAMES.index("Posterize")
-NUM_COPIES = 2
-#: Distribution of the number K of ops applied per image (SPEC section 2): P(K=0), P(K=1), P(K=2).
-DEFAULT_COUNT_PROBS: tuple[float, ...] = (0.2, 0.3, 0.5)
 # K counts applied slots, so it can never exceed the 30 slots of the template.
 _MAX_COUNT = NUM_COPIES * NUM_OPS
 _SUM_TOLERANCE = 1e-6

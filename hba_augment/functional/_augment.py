@@ -15,7 +15,7 @@ from torchvision.transforms import InterpolationMode
 
 from ._batched import NO_OP, apply_step
 from ._kernels import KernelContext, affine, identity_table, lookup, nearest_index, warp_nearest
-from ._table import NUM_OPS, OPS, OpSpec
+from ._table import NUM_COPIES, NUM_OPS, OPS, OpSpec
 from ._validation import (
     Fill,
     check_images,
@@ -27,7 +27,6 @@ from ._validation import (
 
 __all__ = [
     "DEFAULT_COUNT_PROBS",
-    "NUM_COPIES",
     "Drawn",
     "augment",
     "augment_drawn",
@@ -37,8 +36,6 @@ __all__ = [
 
 #: Distribution of K, the largest number of ops applied to one image (PBA's default).
 DEFAULT_COUNT_PROBS: tuple[float, ...] = (0.2, 0.3, 0.5)
-#: Each op appears in the policy twice (PBA's "two copies"), making 30 slots.
-NUM_COPIES = 2
 _SLOTS = NUM_COPIES * NUM_OPS
 
 # Op application order inside one step: all geometric ops first (they share one warp), then the rest in

@@ -12,7 +12,7 @@ from torch import Tensor
 
 from . import _kernels as K
 
-__all__ = ["MAGNITUDE_OPS", "NUM_OPS", "OPS", "OP_NAMES", "OpSpec", "op_index"]
+__all__ = ["MAGNITUDE_OPS", "NUM_COPIES", "NUM_OPS", "OPS", "OP_NAMES", "OpSpec", "op_index"]
 
 
 class OpSpec(NamedTuple):
@@ -88,6 +88,9 @@ OPS: tuple[OpSpec, ...] = (
 
 OP_NAMES: tuple[str, ...] = tuple(spec.name for spec in OPS)
 NUM_OPS: int = len(OPS)
+#: Each op appears in a policy twice (PBA's "two copies"), making 30 slots: the search space's shape
+#: ``(NUM_COPIES, NUM_OPS)``.
+NUM_COPIES: int = 2
 #: Indices (into :data:`OPS`) of the ops that take a magnitude, in canonical order.
 MAGNITUDE_OPS: tuple[int, ...] = tuple(i for i, spec in enumerate(OPS) if spec.has_magnitude)
 

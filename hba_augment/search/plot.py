@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from hba_augment.functional._table import MAGNITUDE_OPS, OP_NAMES, OPS
+from hba_augment.functional import MAGNITUDE_OPS, OP_NAMES, OPS
 from hba_augment.schedule import Schedule
 
 __all__ = ["missing_plot_dependency", "plot_schedule", "schedule_curves"]
