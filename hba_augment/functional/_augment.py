@@ -296,7 +296,15 @@ def augment(
     random order, and apply each visited slot's op with its probability, with its magnitude (negated with
     probability 0.5 for the signed ops), until ``K`` ops have been applied. Every image draws its own K,
     order, coins, signs and op parameters. All draws come from ``generator`` (or torch's default
-    generator of the images' device), and each op runs once, batched, on the images that drew it.
+    generator of the images' device).
+
+    How the batch is processed depends on the device, not the pixels. On the CPU the images are grouped by
+    the op they draw and each op runs once on its images. On any other device nothing reads a tensor's
+    value on the host and the kernels launched do not depend on the batch size or the draws: every step
+    runs each op group over the whole batch with per-image parameters, the identity for the images that
+    did not draw it (``_batched.py``), so a call can be captured in a CUDA graph. Both give each image
+    the pixels it would get alone for the same draws; on accelerators Cutout draws a centre for every image
+    at every step, so the random stream (not its distribution) differs from the CPU's.
 
     Args:
         images: ``(B, C, H, W)`` or ``(C, H, W)``, uint8 in ``[0, 255]`` or float in ``[0, 1]``, any device.
