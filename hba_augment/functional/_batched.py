@@ -127,7 +127,7 @@ def _geometric(
     if ctx.mode == "nearest":
         # The images without a geometric op keep the first op's matrix at its identity magnitude, the exact
         # identity: an exact copy (every source pixel is the pixel itself), so no select is needed.
-        return K.warp_nearest(levels, K.nearest_index(matrix, h, w), ctx)
+        return K.affine(levels, matrix, ctx)  # (affine: also the magnitude's straight-through gradient)
     geometric = torch.take(_geometric_ops(op.device), op)
     floats = levels if levels.dtype.is_floating_point else to_levels(levels)
     warped = K.affine(floats, matrix, ctx)
