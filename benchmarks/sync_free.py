@@ -5,8 +5,9 @@ Times ``functional.augment`` on the first B lossless CIFAR-10 images (uint8, 32x
 ``hba_base``, see ``compare_commits.py``), the working tree's default CPU path, and the working tree's
 sync-free path (what accelerators take) forced on the CPU. Passes alternate, in an order reversed on every
 other pass (ABBA), so that neither candidate always runs first; each row is the median thread CPU time.
-Image by image (``(3, H, W)`` tensors, base against now) and the sync-free path (against the default path
-again) are timed in two more comparisons, with a tenth of the passes.
+Image by image (``(3, H, W)`` tensors through ``augment``, PIL images through ``HBAPolicy``, base against now)
+and the sync-free path (against the default path again) are timed in three more comparisons, with a tenth
+of the passes.
 Then counts the aten ops one call dispatches (``TorchDispatchMode``) on each of the working tree's paths,
 for two batch sizes and two seeds, and the host-synchronising ones among them.
 
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from PIL import Image
 from torch.utils._python_dispatch import TorchDispatchMode
 
 HERE = Path(__file__).resolve().parent
@@ -93,7 +95,19 @@ def main(argv: list[str] | None = None) -> None:
                 function(image, prob, mag, generator=generator)
             return (time.thread_time() - start) * len(images) / args.per_image  # per B images
 
-        # Three comparisons, each of two candidates: a slow candidate next to a fast one evicts its caches
+        pils = [Image.fromarray(x.permute(1, 2, 0).numpy()) for x in images[: args.per_image]]
+        schedule = (prob.numpy(), mag.numpy())
+
+        def per_pil(package, transform={}) -> float:  # noqa: B006 (one transform per package, kept)
+            if package not in transform:
+                transform[package] = package.HBAPolicy(package.Schedule.constant(*schedule))
+            generator = torch.Generator().manual_seed(0)
+            start = time.thread_time()
+            for image in pils:
+                transform[package](image, generator=generator)
+            return (time.thread_time() - start) * len(images) / len(pils)  # per B images
+
+        # Four comparisons, each of two candidates: a slow candidate next to a fast one evicts its caches
         # and would bias whichever runs after it.
         comparisons = [
             {
@@ -105,12 +119,16 @@ def main(argv: list[str] | None = None) -> None:
                 "now, image by image ((3, H, W) tensors)": lambda: per_image(augment),
             },
             {
+                f"base ({args.base}), HBAPolicy on PIL images, image by image": lambda: per_pil(base),
+                "now, HBAPolicy on PIL images, image by image": lambda: per_pil(hba_augment),
+            },
+            {
                 "now, grouped (again, beside the next row)": lambda: timed(augment),
                 "now, sync-free (the accelerators' path) on the CPU": lambda: timed(augment, True),
             },
         ]
         times = {}
-        passes_each = (args.passes, max(1, args.passes // 10), max(1, args.passes // 10))
+        passes_each = (args.passes, *[max(1, args.passes // 10)] * 3)
         for passes, candidates in zip(passes_each, comparisons, strict=True):
             for run in candidates.values():  # warm-up: caches, the policy's check
                 run(), run()
@@ -125,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"- command: `python benchmarks/sync_free.py {' '.join(sys.argv[1:] if argv is None else argv)}`")
     print(f"- package timed: {Path(hba_augment.__file__).parent}")
     print(f"- commit: {git_commit()}; torch {torch.__version__}, 1 thread; load average {os.getloadavg()[0]:.2f}")
-    print(f"- B = {args.batch_size}, {args.size}x{args.size} uint8, {args.passes} passes each ({args.passes // 10} for the last four rows; "
+    print(f"- B = {args.batch_size}, {args.size}x{args.size} uint8, {args.passes} passes each ({args.passes // 10} for the last six rows; "
           f"image by image: {args.per_image} images a pass), thread CPU time per {args.batch_size} images, medians\n")
     print(f"| path | ms per {args.batch_size} images | img/s |")
     print("|---|---|---|")
