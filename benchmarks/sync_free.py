@@ -7,13 +7,15 @@ sync-free path (what accelerators take) forced on the CPU. Passes alternate, in 
 other pass (ABBA), so that neither candidate always runs first; each row is the median thread CPU time.
 Image by image (``(3, H, W)`` tensors through ``augment``, PIL images through ``HBAPolicy``, base against now)
 and the sync-free path (against the default path again) are timed in three more comparisons, with a tenth
-of the passes.
+of the passes. With ``--device cuda`` (any accelerator), the batch alone is timed on it instead, with
+``device_rows``: base, the grouped and the sync-free path, and the sync-free call replayed from a CUDA graph.
 Then counts the aten ops one call dispatches (``TorchDispatchMode``) on each of the working tree's paths,
 for two batch sizes and two seeds, and the host-synchronising ones among them.
 
 Usage::
 
     PYTHONPATH=. python benchmarks/sync_free.py --base 1f581be [--batch-size 256] [--size 32] [--passes 200]
+        [--per-image 64] [--device cuda]
 
 (``PYTHONPATH=.``: a script's folder comes first on ``sys.path``, so without it ``hba_augment`` is whichever
 copy the environment installed, not necessarily this working tree's; the run prints which it timed.)
@@ -65,6 +67,54 @@ def _policy() -> tuple[torch.Tensor, torch.Tensor]:
     return prob, mag
 
 
+def device_rows(images: torch.Tensor, base, passes: int, device: torch.device) -> dict[str, tuple[float, float]]:
+    """On an accelerator: per call, the median wall time from launch to the results (synchronised before
+    and after), and the median host time until the call returns (the time the host is held: the grouped
+    path waits there for the device), for base, now grouped, now sync-free, and (CUDA) the sync-free call
+    replayed from a CUDA graph; candidates interleaved."""
+    images = images.to(device)
+    prob, mag = (t.to(device) for t in _policy())
+
+    def call(function, sync_free: bool | None = None):
+        def run():
+            augment_module._FORCE_SYNC_FREE = sync_free
+            return function(images, prob, mag)
+        return run
+
+    candidates = {
+        "base, grouped": call(base.functional.augment),
+        "now, grouped": call(augment, False),
+        "now, sync-free": call(augment, True),
+    }
+    if device.type == "cuda":
+        run = candidates["now, sync-free"]
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # warm-up off the capture, as torch.cuda.graphs asks
+            run(), run()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            run()
+        candidates["now, sync-free, CUDA graph replay"] = graph.replay
+    synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for run in candidates.values():
+        run(), run()
+    wall = {name: [] for name in candidates}
+    host = {name: [] for name in candidates}
+    order = list(candidates)
+    for i in range(passes):
+        for name in order if i % 2 == 0 else order[::-1]:
+            synchronize()
+            start = time.perf_counter()
+            candidates[name]()
+            host[name].append(time.perf_counter() - start)
+            synchronize()
+            wall[name].append(time.perf_counter() - start)
+    augment_module._FORCE_SYNC_FREE = None
+    return {name: (statistics.median(wall[name]), statistics.median(host[name])) for name in candidates}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", required=True, help="git commit to compare the working tree with")
@@ -73,16 +123,31 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--passes", type=int, default=200)
     parser.add_argument("--per-image", type=int, default=64, help="images per pass of the image-by-image rows")
     parser.add_argument("--data-dir", type=Path, default=default_data_dir())
+    parser.add_argument("--device", default="cpu", help="an accelerator: time the batch there instead (see device_rows)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     images = load_images(args.data_dir, args.batch_size, args.size)
     prob, mag = _policy()
+    if args.device != "cpu":
+        device = torch.device(args.device)
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = device_rows(images, import_base(args.base, Path(tmp)), args.passes, device)
+        print(f"- date: {datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds')}")
+        print(f"- command: `python benchmarks/sync_free.py {' '.join(sys.argv[1:] if argv is None else argv)}`")
+        print(f"- package timed: {Path(hba_augment.__file__).parent}; commit: {git_commit()}; torch {torch.__version__}")
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else str(device)
+        print(f"- device: {name}; B = {args.batch_size}, {args.size}x{args.size} uint8, {args.passes} passes, medians\n")
+        print("| path | ms per call (launch to results) | img/s | ms the host is held |")
+        print("|---|---|---|---|")
+        for row, (wall, held) in rows.items():
+            print(f"| {row} | {wall * 1e3:.2f} | {args.batch_size / wall:,.0f} | {held * 1e3:.2f} |")
+        return
     with tempfile.TemporaryDirectory() as tmp:
         base = import_base(args.base, Path(tmp))
 
         # Every candidate draws from a generator seeded alike: the same templates, hence the same work.
         def timed(function, sync_free: bool = False) -> float:
-            augment_module._SYNC_FREE_ON_CPU = sync_free
+            augment_module._FORCE_SYNC_FREE = sync_free
             generator = torch.Generator().manual_seed(0)
             start = time.thread_time()
             function(images, prob, mag, generator=generator)
@@ -137,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
             for i in range(passes):
                 for name in order if i % 2 == 0 else order[::-1]:
                     times[name].append(candidates[name]())
-        augment_module._SYNC_FREE_ON_CPU = False
+        augment_module._FORCE_SYNC_FREE = None
 
     print(f"- date: {datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds')}")
     print(f"- command: `python benchmarks/sync_free.py {' '.join(sys.argv[1:] if argv is None else argv)}`")
@@ -154,7 +219,7 @@ def main(argv: list[str] | None = None) -> None:
     print("\n| path | dtype | B | seed | aten ops per call | host-synchronising ops |")
     print("|---|---|---|---|---|---|")
     for sync_free in (False, True):
-        augment_module._SYNC_FREE_ON_CPU = sync_free
+        augment_module._FORCE_SYNC_FREE = sync_free
         for dtype in (torch.uint8, torch.float32):
             for b in (4, 64):
                 for seed in (0, 1):
@@ -166,7 +231,7 @@ def main(argv: list[str] | None = None) -> None:
                     path = "sync-free" if sync_free else "grouped"
                     print(f"| {path} | {str(dtype).removeprefix('torch.')} | {b} | {seed} | {len(recorder.ops)} | "
                           f"{dict(syncs) or '-'} |")
-    augment_module._SYNC_FREE_ON_CPU = False
+    augment_module._FORCE_SYNC_FREE = None
 
 
 if __name__ == "__main__":

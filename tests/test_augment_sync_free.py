@@ -4,7 +4,7 @@ same draws.
 
 On the CPU, ``augment`` groups the images by op (a host read of the group sizes costs nothing there, and
 each op then runs only on its images, which measured faster: RESULTS.md, "Sync-free batches"); these tests
-switch the CPU onto the accelerators' path (``_SYNC_FREE_ON_CPU``) to check it where there is no GPU.
+switch the CPU onto the accelerators' path (``_FORCE_SYNC_FREE``) to check it where there is no GPU.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ _HOST_READS = ("tolist", "item", "numpy", "__bool__", "__int__", "__float__", "_
 def sync_free(monkeypatch):
     """The accelerators' path on the CPU; and every host read of a tensor's value fails (CPU tensors'
     ``tolist`` and ``numpy`` dispatch no aten op, so the recorder alone would not see them)."""
-    monkeypatch.setattr(augment_module, "_SYNC_FREE_ON_CPU", True)
+    monkeypatch.setattr(augment_module, "_FORCE_SYNC_FREE", True)
 
     def record(monkey):
         for name in _HOST_READS:
@@ -141,7 +141,7 @@ def test_the_grouped_cpu_path_is_what_the_recorder_catches(cifar_images, monkeyp
 def _grouped_and_sync_free(images, prob, mag, seed, monkeypatch, **kwargs):
     outs = []
     for flag in (False, True):
-        monkeypatch.setattr(augment_module, "_SYNC_FREE_ON_CPU", flag)
+        monkeypatch.setattr(augment_module, "_FORCE_SYNC_FREE", flag)
         outs.append(augment(images, prob, mag, generator=torch.Generator().manual_seed(seed), **kwargs))
     return outs
 
@@ -175,7 +175,7 @@ def test_same_pixels_as_the_grouped_path(dtype, interpolation, fill, per_image, 
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
 def test_cutout_patches(dtype, cifar_images, monkeypatch, cutout_structure):
     # Only Cutout, at p = 1, with one op per image: every image gets exactly one patch of its magnitude.
-    monkeypatch.setattr(augment_module, "_SYNC_FREE_ON_CPU", True)
+    monkeypatch.setattr(augment_module, "_FORCE_SYNC_FREE", True)
     images = cifar_images[:32]
     images = images if dtype == torch.uint8 else images.float() / 255
     prob = torch.zeros(2, NUM_OPS)
@@ -188,7 +188,7 @@ def test_cutout_patches(dtype, cifar_images, monkeypatch, cutout_structure):
 
 
 def test_frames_share_their_draws(cifar_images, monkeypatch):
-    monkeypatch.setattr(augment_module, "_SYNC_FREE_ON_CPU", True)
+    monkeypatch.setattr(augment_module, "_FORCE_SYNC_FREE", True)
     video = cifar_images[:1].expand(6, -1, -1, -1).contiguous()  # 3 videos of 2 identical frames
     prob, mag = _policy(0.5, 0.5, 4)
     out = augment(video, prob, mag, frames=2, generator=torch.Generator().manual_seed(0))

@@ -189,7 +189,7 @@ def test_gradients_flow_through_augment(sync_free, mode, cifar_images, monkeypat
     import hba_augment.functional._augment as augment_module
     from hba_augment.functional import augment
 
-    monkeypatch.setattr(augment_module, "_SYNC_FREE_ON_CPU", sync_free)
+    monkeypatch.setattr(augment_module, "_FORCE_SYNC_FREE", sync_free)
     b = 24
     images = (cifar_images[:b].double() / 255).requires_grad_(True)
     prob = torch.full((b, 2, len(OPS)), 0.5)

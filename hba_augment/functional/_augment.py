@@ -373,16 +373,19 @@ def augment(
     return (out, *extra) if extra else out
 
 
-#: Whether CPU tensors take the sync-free path too (:func:`_augment_batch_static`); see :func:`_sync_free`.
-_SYNC_FREE_ON_CPU = False
+#: Which batched path :func:`augment` takes: ``None`` picks by device (:func:`_sync_free`); ``True`` forces
+#: the sync-free one, ``False`` the grouped one, on every device (tests and ``benchmarks/sync_free.py``).
+_FORCE_SYNC_FREE: bool | None = None
 
 
 def _sync_free(device: torch.device) -> bool:
     """Whether :func:`augment` takes the path with no host synchronisation and a fixed launch count on
     ``device``: on accelerators, where a synchronisation stalls the queue and launches cost more than
     small kernels. On CPUs, reading a value costs nothing and the grouped path does each op's work only
-    on the images that drew it, which measured faster there (RESULTS.md, "Sync-free batches")."""
-    return device.type != "cpu" or _SYNC_FREE_ON_CPU
+    on the images that drew it, which measured 9-13x faster there (RESULTS.md, "Sync-free batches")."""
+    if _FORCE_SYNC_FREE is not None:
+        return _FORCE_SYNC_FREE
+    return device.type != "cpu"
 
 
 #: A single image with fewer pixels takes fixed-table ops as lookups (see _augment_one).
