@@ -86,7 +86,7 @@ def apply_step(
     Args:
         levels: ``(B, C, H, W)`` uint8 levels (``ctx.quantize``) or float levels; not written to.
         op: ``(B,)`` int64, the op index of each image, :data:`NO_OP` for none.
-        magnitude: ``(B,)`` signed magnitudes, finite (:func:`safe_magnitude`).
+        magnitude: ``(B,)`` signed magnitudes (NaN allowed where the image's op takes none).
         ctx: the kernels' context.
         warp_index: NEAREST only: ``(B, 1, H W)`` source indices (:func:`~._kernels.nearest_index`) of each
             image's warp, the identity's for images without a geometric op; ``None`` to compute them.
