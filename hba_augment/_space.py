@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["DEFAULT_COUNT_PROBS", "MAGNITUDE_OPS", "NUM_COPIES", "OP_NAMES", "OP_RANGES", "OpRange"]
+__all__ = ["DEFAULT_COUNT_PROBS", "MAGNITUDE_OPS", "NUM_COPIES", "NUM_OPS", "OP_NAMES", "OP_RANGES", "OpRange"]
 
 
 class OpRange(NamedTuple):
@@ -49,6 +49,7 @@ OP_RANGES: tuple[OpRange, ...] = (
 )
 
 OP_NAMES: tuple[str, ...] = tuple(op.name for op in OP_RANGES)
+NUM_OPS = len(OP_RANGES)
 #: Indices (into :data:`OP_RANGES`) of the ops that take a magnitude, in canonical order.
 MAGNITUDE_OPS: tuple[int, ...] = tuple(i for i, op in enumerate(OP_RANGES) if op.has_magnitude)
 #: A policy holds every op twice (PBA's template): 2 x 15 slots.

@@ -23,7 +23,7 @@ from torch import Tensor
 from torchvision import tv_tensors
 from torchvision.transforms.v2 import functional as TF
 
-from .functional._kernels import KernelContext, affine
+from .functional import KernelContext, affine
 
 __all__ = ["TARGETS", "move_target"]
 

@@ -17,10 +17,7 @@ from torchvision.transforms import InterpolationMode
 
 from . import pretrained
 from ._targets import TARGETS, move_target
-from .functional import augment
-from .functional._augment import draw_one
-from .functional._pil import augment_pil
-from .functional._validation import CHANNELS, check_channels, interpolation_mode
+from .functional import CHANNELS, augment, augment_pil, check_channels, draw_one, interpolation_mode
 from .schedule import Schedule, _check_int
 
 __all__ = ["HBAPolicy"]

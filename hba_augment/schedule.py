@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._io import atomic_open
-from ._space import DEFAULT_COUNT_PROBS, NUM_COPIES, OP_NAMES, OP_RANGES
+from ._space import DEFAULT_COUNT_PROBS, NUM_COPIES, NUM_OPS, OP_NAMES, OP_RANGES
 
 if TYPE_CHECKING:
     import torch
@@ -37,7 +37,6 @@ VERSION = 2
 READABLE_VERSIONS = (1, 2)
 _SOLARIZE = OP_NAMES.index("Solarize")
 _POSTERIZE = OP_NAMES.index("Posterize")
-NUM_OPS = len(OP_NAMES)
 # K counts applied slots, so it can never exceed the 30 slots of the template.
 _MAX_COUNT = NUM_COPIES * NUM_OPS
 _SUM_TOLERANCE = 1e-6

@@ -123,6 +123,57 @@ def test_the_import_scan_sees_every_form(monkeypatch, source, forbidden):
     assert list(_offenders([fake], (forbidden,))) == ["models/x.py"]
 
 
+FUNCTIONAL = "hba_augment.functional"
+
+
+def _private_functional(module: str) -> bool:
+    """Whether ``module`` names a private module of ``functional/`` or a private name imported from it."""
+    return module.startswith(FUNCTIONAL + ".") and module[len(FUNCTIONAL) + 1 :].startswith("_")
+
+
+def _functional_offenders(paths: list[Path]) -> dict[str, list[str]]:
+    found = {str(p.relative_to(PACKAGE)): sorted(m for m in _imports(p) if _private_functional(m)) for p in paths}
+    return {path: modules for path, modules in found.items() if modules}
+
+
+def test_functional_is_entered_only_through_its_init():
+    # functional/__init__.py exports what the rest of the package needs; its private modules may change
+    # without notice to anyone outside functional/.
+    outside = [p for p in PACKAGE.rglob("*.py") if not _within(_module_name(p), (FUNCTIONAL,))]
+    assert {_module_name(p) for p in outside} >= {"hba_augment.policy", "hba_augment.schedule", "hba_augment._targets"}
+    assert _functional_offenders(outside) == {}
+
+
+@pytest.mark.parametrize("where, source, caught", [
+    ("x.py", "from .functional._augment import draw_one\n", True),
+    ("x.py", "from .functional import _kernels\n", True),
+    ("search/x.py", "def f():\n    from ..functional._table import OPS\n", True),
+    ("search/x.py", "import hba_augment.functional._pil\n", True),
+    ("search/x.py", "from hba_augment.functional import OPS, augment\n", False),
+    ("x.py", "from . import functional\n", False),
+])
+def test_the_private_functional_scan_sees_every_form(monkeypatch, where, source, caught):
+    monkeypatch.setattr(Path, "read_text", lambda self, *args, **kwargs: source)
+    assert list(_functional_offenders([PACKAGE / where])) == ([where] if caught else [])
+
+
+@pytest.mark.parametrize(("name", "home"), [("NUM_COPIES", "_space.py"), ("DEFAULT_COUNT_PROBS", "_space.py"),
+                                            ("NUM_OPS", "_space.py"), ("OPS", "functional/_table.py")])
+def test_each_constant_has_one_home(name, home):
+    # Defined once: the torch-free facts in _space.py (reading a schedule needs no torch), the kernels' table in
+    # functional/; functional's __init__ exports them all, and everyone else imports them.
+    homes = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                homes.append(str(path.relative_to(PACKAGE)))
+    assert homes == [home]
+    import hba_augment.functional as functional
+
+    assert name in functional.__all__
+
+
 def test_op_names_are_listed_only_in_the_table():
     # A list of op names is three or more name literals ("ShearX" or 'ShearX') within a few lines; the
     # per-op wrappers, which name one op each, are fine.

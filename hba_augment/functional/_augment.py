@@ -13,8 +13,10 @@ import torch
 from torch import Tensor
 from torchvision.transforms import InterpolationMode
 
-from ._kernels import KernelContext, affine, lookup, nearest_index, warp_nearest
-from ._table import NUM_OPS, OPS, OpSpec
+from .._space import DEFAULT_COUNT_PROBS  # the distribution of K, PBA's default; its home is the table
+from ._batched import NO_OP, apply_step
+from ._kernels import KernelContext, affine, identity_table, lookup, nearest_index, warp_nearest
+from ._table import NUM_COPIES, NUM_OPS, OPS, OpSpec
 from ._validation import (
     Fill,
     check_images,
@@ -26,7 +28,6 @@ from ._validation import (
 
 __all__ = [
     "DEFAULT_COUNT_PROBS",
-    "NUM_COPIES",
     "Drawn",
     "augment",
     "augment_drawn",
@@ -34,10 +35,6 @@ __all__ = [
     "draw_one",
 ]
 
-#: Distribution of K, the largest number of ops applied to one image (PBA's default).
-DEFAULT_COUNT_PROBS: tuple[float, ...] = (0.2, 0.3, 0.5)
-#: Each op appears in the policy twice (PBA's "two copies"), making 30 slots.
-NUM_COPIES = 2
 _SLOTS = NUM_COPIES * NUM_OPS
 
 # Op application order inside one step: all geometric ops first (they share one warp), then the rest in
@@ -69,6 +66,14 @@ _WARP_ROW_OF_CODE = tuple(
 _GEOMETRIC_OP_OF_CODE = tuple(
     _op_of(c - _TABLE) if c >= _TABLE and OPS[_op_of(c - _TABLE)].geometric else -1 for c in range(2 * _TABLE)
 )
+#: The op each code applies (its index in OPS), NO_OP for the codes that apply none.
+_OP_OF_CODE = (NO_OP,) * _TABLE + tuple(_op_of(f) for f in range(_TABLE))
+#: Row of the sync-free path's warp maps for each code: _WARP_ROW_OF_CODE, or the identity's row (the last).
+_STATIC_WARP_ROW_OF_CODE = tuple(
+    _WARP_ROW_OF_CODE[c] if _GEOMETRIC_OP_OF_CODE[c] >= 0 else len(_WARP_ENTRIES) for c in range(2 * _TABLE)
+)
+#: Row of the sync-free path's fixed tables for each code: its entry f, or the identity's row (the last).
+_STATIC_TABLE_ROW_OF_CODE = tuple(c - _TABLE if c >= _TABLE else _TABLE for c in range(2 * _TABLE))
 #: Warp maps are kept for images of at most this many pixels (20 int64 maps of 64 Ki pixels: 10 MiB).
 _WARP_MAX_PIXELS = 1 << 16
 
@@ -78,7 +83,8 @@ def _constants(device: torch.device) -> tuple[Tensor, ...]:
     """Per-device tables: ``sign`` ``(30,)``, the factor a sign flip applies to each slot's magnitude (-1
     for the signed ops, else 1); ``_GROUP_OF_CODE`` and ``_WARP_ROW_OF_CODE`` ``(120,)``; and, per
     prob-then-mag entry of a ``(B, 60)`` policy, the lower and upper bounds and whether the entry is free
-    (the magnitude of an op without one); and ``_GEOMETRIC_OP_OF_CODE`` ``(120,)``."""
+    (the magnitude of an op without one); and ``_GEOMETRIC_OP_OF_CODE``, ``_OP_OF_CODE``,
+    ``_STATIC_WARP_ROW_OF_CODE`` and ``_STATIC_TABLE_ROW_OF_CODE`` ``(120,)``."""
     specs = [OPS[s % NUM_OPS] for s in range(_SLOTS)]
     sign = torch.tensor([-1.0 if spec.signed else 1.0 for spec in specs], device=device)
     low = [0.0] * _SLOTS + [spec.low if spec.has_magnitude else 0.0 for spec in specs]
@@ -92,6 +98,9 @@ def _constants(device: torch.device) -> tuple[Tensor, ...]:
         torch.tensor(high, device=device),
         torch.tensor(free, device=device),
         torch.tensor(_GEOMETRIC_OP_OF_CODE, device=device),
+        torch.tensor(_OP_OF_CODE, device=device),
+        torch.tensor(_STATIC_WARP_ROW_OF_CODE, device=device),
+        torch.tensor(_STATIC_TABLE_ROW_OF_CODE, device=device),
     )
 
 
@@ -164,6 +173,7 @@ class _Policy:
     warps: dict[tuple[int, int], Tensor] = dataclasses.field(default_factory=dict)
     single: tuple[np.ndarray, tuple[Tensor, ...]] | None = None
     tables: Tensor | None = None
+    static_tables: Tensor | None = None
     host: dict = dataclasses.field(default_factory=dict)
 
 
@@ -240,6 +250,32 @@ def _fixed_tables(policy: _Policy) -> Tensor | None:
     return policy.tables
 
 
+def _static_warp_maps(policy: _Policy, h: int, w: int, ctx: KernelContext) -> Tensor | None:
+    """:func:`_warp_maps` and, last, the identity's map, ``(21, 1, H W)``, for :func:`_augment_batch_static`."""
+    maps = _warp_maps(policy, h, w, ctx)
+    if maps is None:
+        return None
+    key = (h, w, "static")
+    if key not in policy.warps:
+        identity = torch.eye(2, 3, dtype=policy.table.dtype, device=maps.device).unsqueeze(0)
+        policy.warps[key] = torch.cat([maps, nearest_index(identity, h, w)])
+    return policy.warps[key]
+
+
+def _static_tables(policy: _Policy) -> Tensor | None:
+    """:func:`_fixed_tables` with the identity table in every other row and in one more row, last,
+    ``(61, 1, 1, 256)`` uint8, for :func:`_augment_batch_static`; ``None`` for per-image policies."""
+    tables = _fixed_tables(policy)
+    if tables is None:
+        return None
+    if policy.static_tables is None:
+        identity = identity_table(1, tables.device).to(torch.uint8)
+        fixed = torch.tensor([OPS[_op_of(f)].fixed_table for f in range(_TABLE)], device=tables.device)
+        rows = torch.where(fixed.view(-1, 1, 1, 1), tables, identity)
+        policy.static_tables = torch.cat([rows, identity])
+    return policy.static_tables
+
+
 def augment(
     images: Tensor,
     prob: Tensor,
@@ -259,7 +295,15 @@ def augment(
     random order, and apply each visited slot's op with its probability, with its magnitude (negated with
     probability 0.5 for the signed ops), until ``K`` ops have been applied. Every image draws its own K,
     order, coins, signs and op parameters. All draws come from ``generator`` (or torch's default
-    generator of the images' device), and each op runs once, batched, on the images that drew it.
+    generator of the images' device).
+
+    How the batch is processed depends on the device, not the pixels. On the CPU the images are grouped by
+    the op they draw and each op runs once on its images. On any other device nothing reads a tensor's
+    value on the host and the kernels launched do not depend on the batch size or the draws: every step
+    runs each op group over the whole batch with per-image parameters, the identity for the images that
+    did not draw it (``_batched.py``), so a call can be captured in a CUDA graph. Both give each image
+    the pixels it would get alone for the same draws; on accelerators Cutout draws a centre for every image
+    at every step, so the random stream (not its distribution) differs from the CPU's.
 
     Args:
         images: ``(B, C, H, W)`` or ``(C, H, W)``, uint8 in ``[0, 255]`` or float in ``[0, 1]``, any device.
@@ -305,12 +349,15 @@ def augment(
         ctx = ctx._replace(frames=frames)
     geometry = _Geometry(batch.shape[-2], batch.shape[-1], device) if return_matrices else None
     applied = _Applied(device) if return_applied else None
+    sync_free = _sync_free(device)
+    augment_batch = _augment_batch_static if sync_free else _augment_batch
     if b == 0 or steps == 0 or batch.shape[-2] * batch.shape[-1] == 0:
         out = images.clone()  # no images, or images without pixels: unchanged, as in torchvision
-    elif b == 1:
+    elif b == 1 and not sync_free:
         out = _augment_one(images, batch, unbatched, policy, edge_values, ctx, geometry, applied)
     elif _chunk_size(batch) >= b:
-        out = _augment_batch(batch, policy, edges, ctx, geometry=geometry, applied=applied)
+        out = augment_batch(batch, policy, edges, ctx, geometry=geometry, applied=applied)
+        out = out.squeeze(0) if unbatched else out
     else:
         # Large CPU batches, in parts (whole videos) that stay in the CPU's caches (each part draws its
         # own template), each written into its rows of the result.
@@ -320,9 +367,24 @@ def augment(
             rows = slice(start, start + chunk)
             draws = slice(start // frames, (start + chunk) // frames)
             part = policy if policy.prob.shape[0] == 1 else _Policy(policy.prob[draws], policy.table[draws])
-            _augment_batch(batch[rows], part, edges, ctx, out[rows], geometry, applied)
+            augment_batch(batch[rows], part, edges, ctx, out[rows], geometry, applied)
     extra = tuple(x.result(b) for x in (geometry, applied) if x is not None)
     return (out, *extra) if extra else out
+
+
+#: Which batched path :func:`augment` takes: ``None`` picks by device (:func:`_sync_free`); ``True`` forces
+#: the sync-free one, ``False`` the grouped one, on every device (tests and ``benchmarks/sync_free.py``).
+_FORCE_SYNC_FREE: bool | None = None
+
+
+def _sync_free(device: torch.device) -> bool:
+    """Whether :func:`augment` takes the path with no host synchronisation and a fixed launch count on
+    ``device``: on accelerators, where a synchronisation stalls the queue and launches cost more than
+    small kernels. On CPUs, reading a value costs nothing and the grouped path does each op's work only
+    on the images that drew it, which measured 9-13x faster there (RESULTS.md, "Sync-free batches")."""
+    if _FORCE_SYNC_FREE is not None:
+        return _FORCE_SYNC_FREE
+    return device.type != "cpu"
 
 
 #: A single image with fewer pixels takes fixed-table ops as lookups (see _augment_one).
@@ -390,6 +452,42 @@ def _augment_batch(
     if out is None:
         return _result(levels, batch.dtype, _layout(batch), False)
     return out if levels is out else out.copy_(_result(levels, batch.dtype, torch.contiguous_format, False))
+
+
+def _augment_batch_static(
+    batch: Tensor,
+    policy: _Policy,
+    edges: Tensor,
+    ctx: KernelContext,
+    out: Tensor | None = None,
+    geometry: _Geometry | None = None,
+    applied: _Applied | None = None,
+) -> Tensor:
+    """:func:`_augment_batch` with no host synchronisation and a launch count that depends on neither the
+    batch size nor the draws: every step runs :func:`~._batched.apply_step` on the whole batch, each image
+    with its own op and parameters (the identity where it applies none). Same arguments and result."""
+    b, _, h, w = batch.shape
+    steps = len(edges)
+    code, magnitude = _sample(policy, edges, steps, b // ctx.frames, ctx.generator)
+    if ctx.frames > 1:  # one draw per video, the same for each of its frames
+        code, magnitude = code.repeat_interleave(ctx.frames, 0), magnitude.repeat_interleave(ctx.frames, 0)
+    if geometry is not None:
+        geometry.add_batch(code, magnitude)
+    if applied is not None:
+        applied.add_batch(code)
+    constants = _constants(batch.device)
+    op = torch.take(constants[7], code)
+    maps = _static_warp_maps(policy, h, w, ctx)
+    tables = _static_tables(policy) if ctx.quantize else None
+    # apply_step never writes into its input: uint8 images need no copy.
+    levels = batch.contiguous() if ctx.quantize else to_levels(batch)
+    for s in range(steps):
+        index = None if maps is None else maps.index_select(0, torch.take(constants[8], code[:, s]))
+        table = None if tables is None else tables.index_select(0, torch.take(constants[9], code[:, s]))
+        levels = apply_step(levels, op[:, s], magnitude[:, s], ctx, index, table)
+    if out is None:
+        return _result(levels, batch.dtype, _layout(batch), False)
+    return out.copy_(_result(levels, batch.dtype, torch.contiguous_format, False))
 
 
 def _result(levels: Tensor, dtype: torch.dtype, layout: torch.memory_format, unbatched: bool) -> Tensor:
@@ -549,8 +647,9 @@ class _Geometry:
         self.parts: list[Tensor] = []
 
     def _compose(self, matrices: list[Tensor], b: int) -> Tensor:
-        total = torch.eye(3, dtype=torch.float64, device=self.device).expand(b, 3, 3)
-        bottom = torch.tensor([[[0.0, 0.0, 1.0]]], dtype=torch.float64, device=self.device).expand(b, 1, 3)
+        eye = torch.eye(3, dtype=torch.float64, device=self.device)
+        # (built on the device: a copy from the host would synchronise a GPU)
+        total, bottom = eye.expand(b, 3, 3), eye[2:].expand(b, 1, 3)
         for m in matrices:
             total = total @ torch.cat([m.to(torch.float64), bottom], dim=1)
         return total[:, :2]

@@ -43,6 +43,7 @@ __all__ = [
     "cutout",
     "equalize",
     "equalize_table",
+    "identity_table",
     "invert",
     "invert_table",
     "lookup",
@@ -78,6 +79,29 @@ class KernelContext(NamedTuple):
     mode: str
     generator: torch.Generator | None
     frames: int = 1
+
+
+def _needs_grad(*tensors: Tensor | None) -> bool:
+    """Whether autograd records an op on any of ``tensors``: only then do the kernels build the
+    straight-through terms below, so that uint8 images and float images without gradients run exactly
+    the ops they always ran."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _straight_through(hard: Tensor, soft: Tensor) -> Tensor:
+    """``hard``'s values with ``soft``'s gradient added (a straight-through estimator).
+
+    ``soft - soft.detach()`` is exactly 0 for finite ``soft``, so every value is ``hard``'s, bit for bit;
+    the backward pass sees ``hard``'s own gradient (if any) plus ``soft``'s. ``soft`` is a smooth
+    relaxation of the op in the argument ``hard`` is piecewise constant in.
+    """
+    return hard + (soft - soft.detach())
+
+
+def _round_through(values: Tensor) -> Tensor:
+    """``round(values)``, with the identity's gradient when ``values`` requires one."""
+    rounded = torch.round(values)
+    return _straight_through(rounded, values) if _needs_grad(values) else rounded
 
 
 # --------------------------------------------------------------------------------------------------
@@ -119,13 +143,17 @@ def shear_y_matrix(shear: Tensor, height: int, width: int) -> Tensor:
 
 
 def translate_x_matrix(fraction: Tensor, height: int, width: int) -> Tensor:
-    """PIL ``AFFINE (1, 0, round(m W), 0, 1, 0)``: a positive magnitude moves the content left (as PBA)."""
-    return _identity_plus(torch.round(fraction * width), 2)
+    """PIL ``AFFINE (1, 0, round(m W), 0, 1, 0)``: a positive magnitude moves the content left (as PBA).
+
+    Gradient: the rounding passes the gradient of ``m W`` through (straight-through).
+    """
+    return _identity_plus(_round_through(fraction * width), 2)
 
 
 def translate_y_matrix(fraction: Tensor, height: int, width: int) -> Tensor:
-    """PIL ``AFFINE (1, 0, 0, 0, 1, round(m H))``: a positive magnitude moves the content up."""
-    return _identity_plus(torch.round(fraction * height), 5)
+    """PIL ``AFFINE (1, 0, 0, 0, 1, round(m H))``: a positive magnitude moves the content up (gradient of the
+    rounding: straight-through, as for TranslateX)."""
+    return _identity_plus(_round_through(fraction * height), 5)
 
 
 def rotate_matrix(degrees: Tensor, height: int, width: int) -> Tensor:
@@ -163,7 +191,9 @@ def nearest_index(m: Tensor, h: int, w: int) -> Tensor:
     """
     xs, ys, shift = _pixel_grid(h, w, m.device)
     side = max(h, w) + 2
-    m = m.to(torch.float64, copy=True)
+    # Integer indices carry no gradient; a matrix that requires one is read as values (the in-place
+    # arithmetic below would otherwise modify views autograd needs). See affine() for the gradient.
+    m = (m.detach() if m.requires_grad else m).to(torch.float64, copy=True)
     a0, a1, a2 = m.unbind(-1)
     # PIL: a2 + a0 * 0.5 + a1 * 0.5, the centre of output pixel (0, 0), summed in this order (the
     # halvings are exact, so only the order of the two sums matters).
@@ -202,12 +232,25 @@ def affine(images: Tensor, matrix: Tensor, ctx: KernelContext) -> Tensor:
     for 256 (two runs) (``benchmarks/warp_kornia.py``, RESULTS.md), and it cannot reproduce PIL's fixed-point
     NEAREST sampling.
 
+    Gradients (float levels): BILINEAR is differentiable in the images and in the matrix (hence the
+    magnitude) as ``grid_sample`` is. NEAREST passes the images their exact gradient (a gather), and,
+    being piecewise constant in the matrix, passes the matrix the gradient of the BILINEAR warp of the
+    same (detached) images: a straight-through estimator, built only when the matrix requires a gradient.
+
     Returns:
         ``(B, C, H, W)`` levels.
     """
-    b, c, h, w = images.shape
     if ctx.mode == "nearest":
-        return warp_nearest(images, nearest_index(matrix, h, w), ctx)
+        out = warp_nearest(images, nearest_index(matrix, images.shape[-2], images.shape[-1]), ctx)
+        if images.dtype.is_floating_point and _needs_grad(matrix):
+            out = _straight_through(out, _warp_bilinear(images.detach(), matrix, ctx))
+        return out
+    return _warp_bilinear(images, matrix, ctx)
+
+
+def _warp_bilinear(images: Tensor, matrix: Tensor, ctx: KernelContext) -> Tensor:
+    """:func:`affine` with BILINEAR interpolation (float levels)."""
+    b, c, h, w = images.shape
     # PIL's BILINEAR transform samples a0 (x + 0.5) + a1 (y + 0.5) + a2 in double precision, the
     # convention of grid_sample with align_corners=False: theta = N A N^-1, N: x -> 2 x / W - 1.
     m = matrix.to(images.dtype)
@@ -278,8 +321,14 @@ def _grayscale(images: Tensor, quantize: bool) -> Tensor:
     """
     if images.shape[1] == 1:
         return images
-    luma = _LUMA.to(device=images.device, dtype=_float_dtype(images))
+    luma = _luma(images.device, _float_dtype(images))
     return _round_half_up((images * luma).sum(dim=1, keepdim=True), quantize)
+
+
+@functools.lru_cache(maxsize=16)
+def _luma(device: torch.device, dtype: torch.dtype) -> Tensor:
+    """:data:`_LUMA` on ``device``, kept: a copy from the host on every call would synchronise a GPU."""
+    return _LUMA.to(device=device, dtype=dtype)
 
 
 def _float_dtype(images: Tensor) -> torch.dtype:
@@ -307,8 +356,13 @@ def lookup(images: Tensor, table: Tensor) -> Tensor:
     return table.gather(2, images.reshape(b, c, h * w).long()).view(b, c, h, w)
 
 
+def identity_table(batch: int, device: torch.device) -> Tensor:
+    """The table that leaves every level as it is, ``(B, 1, 1, 256)`` float32 (an expanded view)."""
+    return _ramp(device).expand(batch, 1, 1, 256)
+
+
 def _batch_ramp(images: Tensor) -> Tensor:
-    return _ramp(images.device).expand(images.shape[0], 1, 1, 256)
+    return identity_table(images.shape[0], images.device)
 
 
 def invert_table(images: Tensor, magnitude: Tensor | None, ctx: KernelContext) -> Tensor:
@@ -337,7 +391,19 @@ def _solarize(levels: Tensor, strength: Tensor, quantize: bool) -> Tensor:
     # A whole level x is >= t iff x >= ceil(t), so this weight is exactly 1 there and 0 below: float
     # arithmetic instead of a boolean mask and where(), several times slower on CPUs.
     inverted = (whole - _per_image(torch.ceil(_threshold(strength)) - 1.0)).clamp_(0.0, 1.0)
-    return torch.lerp(levels, 255.0 - levels, inverted)
+    out = torch.lerp(levels, 255.0 - levels, inverted)
+    if not quantize and _needs_grad(strength):
+        # The threshold is a step in the strength: straight-through with a sigmoid step of width
+        # _SOLARIZE_TEMPERATURE levels, centred between the last kept and the first inverted level.
+        x = levels.detach()
+        edge = _per_image(_threshold(strength) - 0.5)
+        out = _straight_through(out, torch.lerp(x, 255.0 - x, torch.sigmoid((x - edge) / _SOLARIZE_TEMPERATURE)))
+    return out
+
+
+#: Width in levels of the sigmoid step whose gradient Solarize's strength gets: pixels within about
+#: three widths of the threshold pass a gradient to it (one level would leave most images without any).
+_SOLARIZE_TEMPERATURE = 8.0
 
 
 def solarize_table(images: Tensor, strength: Tensor, ctx: KernelContext) -> Tensor:
@@ -347,7 +413,12 @@ def solarize_table(images: Tensor, strength: Tensor, ctx: KernelContext) -> Tens
 
 def solarize(images: Tensor, strength: Tensor, ctx: KernelContext) -> Tensor:
     """PIL ``ImageOps.solarize(img, 256 - m)``: levels at or above ``256 - m`` are inverted, per image
-    strength ``m`` in [0, 255] (0: nothing changes; float or uint8 levels)."""
+    strength ``m`` in [0, 255] (0: nothing changes; float or uint8 levels).
+
+    Gradients (float levels): the images get the exact one (``1`` or ``-1``); the strength, a step
+    function, a straight-through estimate: the gradient of the blend with a sigmoid weight
+    ``sigmoid((x - (256 - m - 0.5)) / 8)`` in place of the step.
+    """
     if images.dtype == torch.uint8:
         # x ^ 255 = 255 - x: flip all bits of the levels above ceil(t) - 1, compared in uint8 (a float
         # threshold would promote every pixel; with where() one 224x224 image took 2.2x as long). ceil(t) - 1
@@ -360,7 +431,13 @@ def solarize(images: Tensor, strength: Tensor, ctx: KernelContext) -> Tensor:
 def _posterize(levels: Tensor, strength: Tensor, quantize: bool) -> Tensor:
     step = _per_image(torch.exp2(8.0 - _bits(strength)).to(levels.dtype))
     whole = levels if quantize else levels.round()
-    return torch.floor(whole / step) * step
+    out = torch.floor(whole / step) * step
+    if not quantize and _needs_grad(levels, strength):
+        # Truncation to a multiple of step = 2^round(m) is piecewise constant in both arguments:
+        # straight-through with its average, x - (2^m - 1) / 2 (levels uniform within a step), m unrounded.
+        mean_loss = (_per_image(torch.exp2(strength.to(levels.dtype))) - 1.0) * 0.5
+        out = _straight_through(out, levels - mean_loss)
+    return out
 
 
 def posterize_table(images: Tensor, strength: Tensor, ctx: KernelContext) -> Tensor:
@@ -370,7 +447,12 @@ def posterize_table(images: Tensor, strength: Tensor, ctx: KernelContext) -> Ten
 
 def posterize(images: Tensor, strength: Tensor, ctx: KernelContext) -> Tensor:
     """PIL ``ImageOps.posterize(img, 8 - round(m))``: keep ``8 - round(m)`` high bits of each level, per
-    image strength ``m`` in [0, 8] (0: nothing changes, 8: black), on float or uint8 levels."""
+    image strength ``m`` in [0, 8] (0: nothing changes, 8: black), on float or uint8 levels.
+
+    Gradients (float levels), both straight-through: the op is piecewise constant in the images and the
+    strength, so both get the gradient of the average truncation ``x - (2^m - 1) / 2`` (1 for each level,
+    ``-ln 2 * 2^m / 2`` for the strength).
+    """
     if images.dtype == torch.uint8:
         # The mask of the kept bits, 256 - step: 0 for 0 bits, 255 for 8.
         return images & _per_image((256.0 - torch.exp2(8.0 - _bits(strength))).to(torch.uint8))
@@ -520,10 +602,17 @@ def equalize_table(images: Tensor, magnitude: Tensor | None, ctx: KernelContext)
 
 def equalize(images: Tensor, magnitude: Tensor | None, ctx: KernelContext) -> Tensor:
     """PIL ``ImageOps.equalize``: per-channel histogram equalisation with PIL's lookup table (float or
-    uint8 levels)."""
+    uint8 levels).
+
+    Gradient (float levels): straight-through, the identity's (as Faster AutoAugment and DADA): the
+    lookup is piecewise constant in the pixels, and its table a histogram of them.
+    """
     levels = images if ctx.quantize else images.round().clamp(0.0, 255.0)
     table, index = _equalize(levels)
-    return table.to(images.dtype).gather(2, index).view(images.shape)
+    out = table.to(images.dtype).gather(2, index).view(images.shape)
+    if not ctx.quantize and _needs_grad(images):
+        out = _straight_through(out, images)  # see the docstring
+    return out
 
 
 @functools.lru_cache(maxsize=16)
@@ -551,7 +640,18 @@ def _paint_patch(images: Tensor, fraction: Tensor, centre: Tensor, ctx: KernelCo
     # images); lerp returns the image exactly at weight 0 and the fill exactly at weight 1.
     weight = inside.to(images.dtype)
     mask = weight[:, 0, :h, None] * weight[:, 1, None, :w]
-    return torch.lerp(images, fill, mask.unsqueeze(1))
+    out = torch.lerp(images, fill, mask.unsqueeze(1))
+    if not ctx.quantize and _needs_grad(fraction):
+        # The patch's size is a step function of the magnitude: straight-through with the patch whose
+        # sides move continuously, [c + 1/2 - m H / 2, c + 1/2 + m H / 2) (the hard patch for odd sizes),
+        # each pixel weighted by the fraction of it the patch covers.
+        pos = ramp.to(images.dtype)
+        half = (fraction.to(images.dtype).view(-1, 1) * size.to(images.dtype)).mul(0.5).unsqueeze(-1)
+        mid = centre.to(images.dtype).add(0.5).unsqueeze(-1)
+        cover = (torch.minimum(pos + 1.0, mid + half) - torch.maximum(pos, mid - half)).clamp(0.0, 1.0)
+        soft = cover[:, 0, :h, None] * cover[:, 1, None, :w]
+        out = _straight_through(out, torch.lerp(images.detach(), fill, soft.unsqueeze(1)))
+    return out
 
 
 @functools.lru_cache(maxsize=8)
@@ -571,7 +671,12 @@ def cutout_patch(
 
 def cutout(images: Tensor, fraction: Tensor, ctx: KernelContext) -> Tensor:
     """Cutout with centres drawn uniformly over the pixels from ``ctx.generator`` (one per video: the
-    frames of one share it, see ``KernelContext.frames``)."""
+    frames of one share it, see ``KernelContext.frames``).
+
+    Gradients (float levels): the images get the exact one (0 inside the patch); the magnitude, which sets
+    a whole number of pixels, a straight-through estimate: the gradient of a patch whose sides move
+    continuously with it, edge pixels weighted by the fraction covered.
+    """
     b, _, h, w = images.shape
     size, last, _ = _patch_constants(h, w, images.device)
     u = torch.rand(b // ctx.frames, 2, generator=ctx.generator, device=images.device)

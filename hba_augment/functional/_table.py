@@ -1,18 +1,21 @@
-"""The one table of the 15 augmentation operations (SPEC section 1).
+"""The table of the 15 augmentation operations with their kernels (the contract, section 1; docs/contract.md).
 
-Every other module reads op names, ranges, flags and kernels from :data:`OPS`; nothing else lists them.
+Names, ranges and signs come from the torch-free table :mod:`hba_augment._space` (their one home, so that
+reading a schedule needs no torch); this module pairs each op with its identity, flags and kernels. Every
+other module of the package reads ops from :data:`OPS` or from that table; nothing else lists them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from torch import Tensor
 
+from .._space import NUM_COPIES, NUM_OPS, OP_RANGES
 from . import _kernels as K
 
-__all__ = ["MAGNITUDE_OPS", "NUM_OPS", "OPS", "OP_NAMES", "OpSpec", "op_index"]
+__all__ = ["MAGNITUDE_OPS", "NUM_COPIES", "NUM_OPS", "OPS", "OP_NAMES", "OpSpec", "op_index"]
 
 
 class OpSpec(NamedTuple):
@@ -60,34 +63,44 @@ class OpSpec(NamedTuple):
         return self.integer and (not self.geometric or mode == "nearest")
 
 
-def _geometric(name: str, high: float, matrix: Callable[[Tensor, int, int], Tensor]) -> OpSpec:
+_RANGES = {op.name: op for op in OP_RANGES}
+
+
+def _op(name: str, identity: float | None, kernel: Callable[..., Tensor], **kw: Any) -> OpSpec:
+    """The op ``name`` with its range and sign from the torch-free table (their one home)."""
+    r = _RANGES[name]
+    return OpSpec(name, r.low, r.high, r.signed, identity, False, kernel, **kw)
+
+
+def _geometric(name: str, matrix: Callable[[Tensor, int, int], Tensor]) -> OpSpec:
     def kernel(images: Tensor, magnitude: Tensor, ctx: K.KernelContext) -> Tensor:
         return K.affine(images, matrix(magnitude, images.shape[-2], images.shape[-1]), ctx)
 
-    return OpSpec(name, 0.0, high, True, 0.0, True, kernel, matrix, integer=True)
+    return _op(name, 0.0, kernel)._replace(geometric=True, matrix=matrix, integer=True)
 
 
 OPS: tuple[OpSpec, ...] = (
-    _geometric("ShearX", 0.3, K.shear_x_matrix),
-    _geometric("ShearY", 0.3, K.shear_y_matrix),
-    _geometric("TranslateX", 0.45, K.translate_x_matrix),
-    _geometric("TranslateY", 0.45, K.translate_y_matrix),
-    _geometric("Rotate", 30.0, K.rotate_matrix),
-    OpSpec("AutoContrast", None, None, False, None, False, K.auto_contrast, integer=True, table=K.auto_contrast_table),
-    OpSpec("Invert", None, None, False, None, False, K.invert, integer=True, table=K.invert_table, fixed_table=True),
-    OpSpec("Equalize", None, None, False, None, False, K.equalize, integer=True, table=K.equalize_table),
-    # Solarize and Posterize count strength (SPEC section 1): 0 is the identity, as for every other op.
-    OpSpec("Solarize", 0.0, 255.0, False, 0.0, False, K.solarize, integer=True, table=K.solarize_table, fixed_table=True),
-    OpSpec("Posterize", 0.0, 8.0, False, 0.0, False, K.posterize, integer=True, table=K.posterize_table, fixed_table=True),
-    OpSpec("Contrast", 0.1, 1.9, False, 1.0, False, K.contrast, integer=True, table=K.contrast_table),
-    OpSpec("Color", 0.1, 1.9, False, 1.0, False, K.color),
-    OpSpec("Brightness", 0.1, 1.9, False, 1.0, False, K.brightness, integer=True, table=K.brightness_table, fixed_table=True),
-    OpSpec("Sharpness", 0.1, 1.9, False, 1.0, False, K.sharpness),
-    OpSpec("Cutout", 0.0, 0.2, False, 0.0, False, K.cutout, integer=True),
+    _geometric("ShearX", K.shear_x_matrix),
+    _geometric("ShearY", K.shear_y_matrix),
+    _geometric("TranslateX", K.translate_x_matrix),
+    _geometric("TranslateY", K.translate_y_matrix),
+    _geometric("Rotate", K.rotate_matrix),
+    _op("AutoContrast", None, K.auto_contrast, integer=True, table=K.auto_contrast_table),
+    _op("Invert", None, K.invert, integer=True, table=K.invert_table, fixed_table=True),
+    _op("Equalize", None, K.equalize, integer=True, table=K.equalize_table),
+    # Solarize and Posterize count strength (the contract, section 1): 0 is the identity, as for every other op.
+    _op("Solarize", 0.0, K.solarize, integer=True, table=K.solarize_table, fixed_table=True),
+    _op("Posterize", 0.0, K.posterize, integer=True, table=K.posterize_table, fixed_table=True),
+    _op("Contrast", 1.0, K.contrast, integer=True, table=K.contrast_table),
+    _op("Color", 1.0, K.color),
+    _op("Brightness", 1.0, K.brightness, integer=True, table=K.brightness_table, fixed_table=True),
+    _op("Sharpness", 1.0, K.sharpness),
+    _op("Cutout", 0.0, K.cutout, integer=True),
 )
+if tuple(spec.name for spec in OPS) != tuple(_RANGES):  # the kernels must follow the canonical order
+    raise RuntimeError("functional/_table.py lists the ops out of the canonical order of hba_augment/_space.py")
 
 OP_NAMES: tuple[str, ...] = tuple(spec.name for spec in OPS)
-NUM_OPS: int = len(OPS)
 #: Indices (into :data:`OPS`) of the ops that take a magnitude, in canonical order.
 MAGNITUDE_OPS: tuple[int, ...] = tuple(i for i, spec in enumerate(OPS) if spec.has_magnitude)
 

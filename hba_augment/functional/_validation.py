@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -193,8 +194,14 @@ def fill_levels(
         )
     if all(v == 0.0 for v in values):
         return None
-    scale = 1.0 if uint8 else 255.0
-    return torch.tensor(values, dtype=dtype, device=device).mul_(scale).view(1, channels, 1, 1)
+    return _fill_tensor(tuple(values), 1.0 if uint8 else 255.0, device, dtype)
+
+
+@functools.lru_cache(maxsize=32)
+def _fill_tensor(values: tuple[float, ...], scale: float, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """The fill as levels ``(1, C, 1, 1)`` on ``device``, kept per value (the kernels only read it): a copy
+    from the host on every call would synchronise a GPU."""
+    return torch.tensor(values, dtype=dtype, device=device).mul_(scale).view(1, len(values), 1, 1)
 
 
 def kernel_context(

@@ -18,7 +18,7 @@ import math
 import torch
 from torch import Tensor
 
-from hba_augment.functional._table import MAGNITUDE_OPS, NUM_OPS, OPS
+from hba_augment.functional import MAGNITUDE_OPS, NUM_COPIES, NUM_OPS, OPS
 from hba_augment.search.priors import prior_policy
 
 __all__ = [
@@ -31,8 +31,6 @@ __all__ = [
     "policy_to_hparams",
 ]
 
-#: Each op appears in two copies (PBA's search space).
-NUM_COPIES = 2
 NUM_PROB_HPARAMS = NUM_COPIES * NUM_OPS
 #: ``30 + 2 * 12 = 54``.
 NUM_HPARAMS = NUM_PROB_HPARAMS + NUM_COPIES * len(MAGNITUDE_OPS)

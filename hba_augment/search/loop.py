@@ -69,7 +69,7 @@ from hba_augment._runner import (
 )
 from hba_augment._runner import baseline_augment, describe_device, lr_at
 from hba_augment._version import __version__
-from hba_augment.functional._table import MAGNITUDE_OPS, OPS
+from hba_augment.functional import MAGNITUDE_OPS, OPS
 from hba_augment.models import create_model
 from hba_augment.schedule import Schedule
 from hba_augment.search._hyperize import STRATEGIES, HyperModel, hyperize

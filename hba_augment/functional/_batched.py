@@ -1,0 +1,154 @@
+"""One step of the batched template with no host synchronisation and a launch count fixed in advance.
+
+At each step every image applies at most one op (or none). Instead of grouping the images by op, which
+needs the group sizes on the host (a device synchronisation, then a launch count that depends on the
+draws), every stage below runs on the whole batch with per-image parameters and leaves the images that did
+not draw it exactly unchanged:
+
+* geometric ops: one warp per image, the identity for the others (an exact copy under NEAREST; under
+  BILINEAR, whose identity resamples, a per-image select);
+* on uint8 images, every op with a table (``OpSpec.table``): one lookup through a per-image table, the
+  identity table for the others; the ops without a uint8 kernel (Color, Sharpness) on float levels of the
+  whole batch, selected per image; on float images, each non-geometric op on the whole batch, selected
+  per image;
+* Cutout: a per-image patch, empty for the images that did not draw it.
+
+Each image still gets each op's own kernel with its own parameters, so its pixels are those of
+:func:`~hba_augment.functional._augment.augment_drawn` for the same draws; Cutout draws a centre for every
+image (the draws keep their distribution, not their stream).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import Tensor
+
+from . import _kernels as K
+from ._table import NUM_OPS, OPS
+from ._validation import from_levels, to_levels
+
+__all__ = ["NO_OP", "apply_step"]
+
+#: The op code of an image that applies no op at a step.
+NO_OP = NUM_OPS
+
+_GEOMETRIC = tuple(k for k, spec in enumerate(OPS) if spec.geometric)
+#: Ops whose uint8 images go through one per-image table lookup; the fixed ones have precomputed rows.
+_TABLE_OPS = tuple(k for k, spec in enumerate(OPS) if spec.table is not None)
+_COMPUTED_TABLE_OPS = tuple(k for k in _TABLE_OPS if not OPS[k].fixed_table)
+_FIXED_TABLE_OPS = tuple(k for k in _TABLE_OPS if OPS[k].fixed_table)
+#: Non-geometric ops other than Cutout (which has its own stage) that have no table: Color, Sharpness.
+_UNTABLED = tuple(k for k, spec in enumerate(OPS) if not spec.geometric and spec.table is None and spec.name != "Cutout")
+_CUTOUT = next(k for k, spec in enumerate(OPS) if spec.name == "Cutout")
+_POINTWISE_FLOAT = tuple(k for k, spec in enumerate(OPS) if not spec.geometric and k != _CUTOUT)
+
+
+@functools.lru_cache(maxsize=8)
+def _geometric_ops(device: torch.device) -> Tensor:
+    """Whether each op code (``0..NUM_OPS``, the last for no op) is geometric, ``(NUM_OPS + 1,)``."""
+    return torch.tensor([spec.geometric for spec in OPS] + [False], device=device)
+
+
+@functools.lru_cache(maxsize=8)
+def _op_rows(device: torch.device) -> tuple[Tensor, Tensor]:
+    """The op codes ``0..NUM_OPS`` as a column, and each op's identity magnitude (0 where it has none),
+    ``(NUM_OPS + 1, 1)`` each."""
+    identity = [spec.identity if spec.identity is not None else 0.0 for spec in OPS] + [0.0]
+    return torch.arange(NUM_OPS + 1, device=device).view(-1, 1), torch.tensor(identity, device=device).view(-1, 1)
+
+
+def _per_op(op: Tensor, magnitude: Tensor) -> tuple[Tensor, Tensor]:
+    """Whether each image drew each op, ``(NUM_OPS + 1, B)`` bool, and the magnitude each op's kernel gets,
+    ``(NUM_OPS + 1, B)``: the image's own where it drew the op, else the op's identity magnitude, so that
+    every kernel computes finite values throughout (the table entries of the ops without a magnitude are
+    NaN by convention) and no NaN reaches a gradient. Rows are contiguous ``(B,)`` views: three ops for all."""
+    codes, identity = _op_rows(op.device)
+    drew = codes == op
+    return drew, torch.where(drew, magnitude, identity.to(magnitude.dtype))
+
+
+def _select(drew: Tensor, new: Tensor, old: Tensor) -> Tensor:
+    return torch.where(drew.view(-1, *([1] * (new.ndim - 1))), new, old)
+
+
+def apply_step(
+    levels: Tensor,
+    op: Tensor,
+    magnitude: Tensor,
+    ctx: K.KernelContext,
+    warp_index: Tensor | None = None,
+    fixed_table: Tensor | None = None,
+) -> Tensor:
+    """Apply to each image the op it drew for this step, with its magnitude (see the module docstring).
+
+    Args:
+        levels: ``(B, C, H, W)`` uint8 levels (``ctx.quantize``) or float levels; not written to.
+        op: ``(B,)`` int64, the op index of each image, :data:`NO_OP` for none.
+        magnitude: ``(B,)`` signed magnitudes (NaN allowed where the image's op takes none).
+        ctx: the kernels' context.
+        warp_index: NEAREST only: ``(B, 1, H W)`` source indices (:func:`~._kernels.nearest_index`) of each
+            image's warp, the identity's for images without a geometric op; ``None`` to compute them.
+        fixed_table: uint8 only: ``(B, 1, 1, 256)`` the table of each image's fixed-table op
+            (``OpSpec.fixed_table``), the identity for the others; ``None`` to compute them.
+
+    Returns:
+        New ``(B, C, H, W)`` levels of the same dtype.
+    """
+    drew, mags = _per_op(op, magnitude)
+    levels = _geometric(levels, op, drew, mags, ctx, warp_index)
+    if levels.dtype == torch.uint8:
+        levels = _tables(levels, drew, mags, ctx, fixed_table)
+        if _UNTABLED:
+            floats = levels.to(torch.float32)
+            mixed = floats
+            for k in _UNTABLED:
+                mixed = _select(drew[k], OPS[k].kernel(floats, mags[k], ctx), mixed)
+            levels = from_levels(mixed, torch.uint8)
+    else:
+        for k in _POINTWISE_FLOAT:
+            magnitude = mags[k] if OPS[k].has_magnitude else None
+            levels = _select(drew[k], OPS[k].kernel(levels, magnitude, ctx), levels)
+    return OPS[_CUTOUT].kernel(levels, mags[_CUTOUT], ctx)  # identity magnitude 0: an empty patch
+
+
+def _geometric(
+    levels: Tensor, op: Tensor, drew: Tensor, mags: Tensor, ctx: K.KernelContext, warp_index: Tensor | None
+) -> Tensor:
+    """Every image's geometric op as one warp of the batch."""
+    h, w = levels.shape[-2:]
+    if ctx.mode == "nearest" and warp_index is not None:
+        return K.warp_nearest(levels, warp_index, ctx)
+    matrix = None
+    for k in _GEOMETRIC:
+        candidate = OPS[k].matrix(mags[k], h, w)
+        matrix = candidate if matrix is None else _select(drew[k], candidate, matrix)
+    if ctx.mode == "nearest":
+        # The images without a geometric op keep the first op's matrix at its identity magnitude, the exact
+        # identity: an exact copy (every source pixel is the pixel itself), so no select is needed.
+        return K.affine(levels, matrix, ctx)  # (affine: also the magnitude's straight-through gradient)
+    geometric = torch.take(_geometric_ops(op.device), op)
+    floats = levels if levels.dtype.is_floating_point else to_levels(levels)
+    warped = K.affine(floats, matrix, ctx)
+    if levels.dtype == torch.uint8:
+        warped = from_levels(warped, torch.uint8)
+    return _select(geometric, warped, levels)
+
+
+def _tables(
+    levels: Tensor, drew: Tensor, mags: Tensor, ctx: K.KernelContext, fixed_table: Tensor | None
+) -> Tensor:
+    """Every image's op that has a table, as one lookup of the uint8 batch (identity table for the rest)."""
+    b, c = levels.shape[:2]
+    if fixed_table is None:
+        table = K.identity_table(b, levels.device)
+        for k in _FIXED_TABLE_OPS:
+            table = _select(drew[k], OPS[k].table(levels, mags[k] if OPS[k].has_magnitude else None, ctx), table)
+    else:
+        table = fixed_table
+    table = table.to(torch.float32).expand(b, c, 1, 256)
+    for k in _COMPUTED_TABLE_OPS:
+        magnitude = mags[k] if OPS[k].has_magnitude else None
+        table = _select(drew[k], OPS[k].table(levels, magnitude, ctx).to(torch.float32), table)
+    return K.lookup(levels, table)

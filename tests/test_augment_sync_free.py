@@ -1,0 +1,261 @@
+"""The batched path accelerators take (issue 21, sections 1 and 4): no host synchronisation, and a launch
+count that depends on neither the batch size nor the draws; same pixels as the grouped CPU path for the
+same draws.
+
+On the CPU, ``augment`` groups the images by op (a host read of the group sizes costs nothing there, and
+each op then runs only on its images, which measured faster: RESULTS.md, "Sync-free batches"); these tests
+switch the CPU onto the accelerators' path (``_FORCE_SYNC_FREE``) to check it where there is no GPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torchvision.transforms import InterpolationMode
+
+import hba_augment.functional._augment as augment_module
+import hba_augment.functional._validation as validation
+from hba_augment import HBAPolicy, Schedule
+from hba_augment.functional import NUM_OPS, OP_NAMES, OPS, augment
+
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+#: aten ops that read a tensor's value on the host or whose output shape depends on values.
+HOST_SYNC_OPS = {
+    "_local_scalar_dense", "item", "nonzero", "nonzero_static", "masked_select", "masked_scatter",
+    "unique", "_unique", "_unique2", "unique_dim", "unique_consecutive", "bincount", "is_nonzero", "equal",
+    "repeat_interleave", "_assert_async", "histc", "allclose",
+}
+
+
+class _Recorder(TorchDispatchMode):
+    """Every aten op dispatched while active, and the host-synchronising ones among them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+        self.syncs: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        self.ops.append(name)
+        if name in HOST_SYNC_OPS:
+            self.syncs.append(str(func))
+        elif name == "index" and any(
+            isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] if len(args) > 1 else ())
+        ):
+            self.syncs.append(f"{func} with a boolean mask")
+        return func(*args, **(kwargs or {}))
+
+
+_HOST_READS = ("tolist", "item", "numpy", "__bool__", "__int__", "__float__", "__index__")
+
+
+@pytest.fixture
+def sync_free(monkeypatch):
+    """The accelerators' path on the CPU; and every host read of a tensor's value fails (CPU tensors'
+    ``tolist`` and ``numpy`` dispatch no aten op, so the recorder alone would not see them)."""
+    monkeypatch.setattr(augment_module, "_FORCE_SYNC_FREE", True)
+
+    def record(monkey):
+        for name in _HOST_READS:
+            def refuse(self, *args, _name=name, **kwargs):
+                raise AssertionError(f"host read of a tensor's value: Tensor.{_name}")
+            monkey.setattr(torch.Tensor, name, refuse)
+
+    return record
+
+
+def _policy(p_geometric: float, p_other: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    rng = np.random.default_rng(seed)
+    prob = np.where([spec.geometric for spec in OPS], p_geometric, p_other) * np.ones((2, NUM_OPS))
+    mag = np.array([[spec.low + rng.uniform() * (spec.high - spec.low) if spec.has_magnitude else np.nan
+                     for spec in OPS] for _ in range(2)])
+    return torch.tensor(prob, dtype=torch.float32), torch.tensor(mag, dtype=torch.float32)
+
+
+def _record(images, prob, mag, seed, monkeypatch, sync_free, **kwargs) -> _Recorder:
+    augment(images, prob, mag, generator=torch.Generator().manual_seed(seed), **kwargs)  # warm the caches
+    with monkeypatch.context() as m:
+        sync_free(m)
+        with _Recorder() as recorder:
+            augment(images, prob, mag, generator=torch.Generator().manual_seed(seed), **kwargs)
+    return recorder
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"interpolation": InterpolationMode.BILINEAR, "fill": 0.5},
+        {"return_matrices": True, "return_applied": True},
+        {"frames": 2},
+    ],
+    ids=["nearest", "bilinear-fill", "matrices-applied", "video"],
+)
+def test_no_host_sync_and_a_fixed_op_count(dtype, kwargs, cifar_images, monkeypatch, sync_free):
+    if dtype == torch.float32:
+        # The CPU-only check of float images' range reads two values by design; it never runs on a GPU.
+        monkeypatch.setattr(validation, "check_float_range", lambda images: None)
+    if "fill" in kwargs and dtype == torch.uint8:
+        kwargs = {**kwargs, "fill": 128}
+    sequences = {}
+    # Two batch sizes, two seeds, and schedules that draw mostly geometric ops, mostly colour ops, or none.
+    for b in (4, 64):
+        for seed, (p_geometric, p_other) in enumerate([(0.9, 0.1), (0.1, 0.9), (0.0, 0.0), (0.5, 0.5)]):
+            images = cifar_images[:b] if dtype == torch.uint8 else cifar_images[:b].float() / 255
+            prob, mag = _policy(p_geometric, p_other, seed)
+            recorder = _record(images, prob, mag, seed, monkeypatch, sync_free, **kwargs)
+            assert recorder.syncs == [], f"host-synchronising ops at B={b}, seed {seed}: {recorder.syncs}"
+            sequences[(b, seed)] = recorder.ops
+    first = next(iter(sequences.values()))
+    counts = {key: len(ops) for key, ops in sequences.items()}
+    assert all(ops == first for ops in sequences.values()), f"the ops depend on the batch or the draws: {counts}"
+
+
+def test_per_image_policies_are_sync_free_too(cifar_images, monkeypatch, sync_free):
+    b = 8
+    prob, mag = _policy(0.5, 0.5, 0)
+    prob, mag = prob.expand(b, -1, -1).contiguous(), mag.expand(b, -1, -1).contiguous()
+    recorder = _record(cifar_images[:b], prob, mag, 0, monkeypatch, sync_free)
+    assert recorder.syncs == []
+
+
+def test_the_grouped_cpu_path_is_what_the_recorder_catches(cifar_images, monkeypatch):
+    # The check above can fail: the CPU's grouped path reads the group sizes on the host, and its op count
+    # follows the draws.
+    prob, mag = _policy(0.5, 0.5, 0)
+    counts = set()
+    for seed in (0, 1):
+        with _Recorder() as recorder:
+            augment(cifar_images[:16], prob, mag, generator=torch.Generator().manual_seed(seed))
+        assert any("bincount" in op for op in recorder.syncs)
+        counts.add(len(recorder.ops))
+    assert len(counts) == 2
+
+
+def _grouped_and_sync_free(images, prob, mag, seed, monkeypatch, **kwargs):
+    outs = []
+    for flag in (False, True):
+        monkeypatch.setattr(augment_module, "_FORCE_SYNC_FREE", flag)
+        outs.append(augment(images, prob, mag, generator=torch.Generator().manual_seed(seed), **kwargs))
+    return outs
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32, torch.float64])
+@pytest.mark.parametrize("interpolation", [InterpolationMode.NEAREST, InterpolationMode.BILINEAR])
+@pytest.mark.parametrize("fill", [None, 0.25])
+@pytest.mark.parametrize("per_image", [False, True])
+def test_same_pixels_as_the_grouped_path(dtype, interpolation, fill, per_image, cifar_images, monkeypatch):
+    # Both paths draw the template alike (Cutout's centres aside: the sync-free path draws one for every
+    # image), so with Cutout off every image must come out the same, bit for bit.
+    images = cifar_images[:48] if dtype == torch.uint8 else cifar_images[:48].to(dtype) / 255
+    if fill is not None and dtype == torch.uint8:
+        fill = 64
+    prob, mag = _policy(0.5, 0.5, 1)
+    prob[:, OP_NAMES.index("Cutout")] = 0.0
+    if per_image:
+        generator = torch.Generator().manual_seed(2)
+        prob = torch.rand(len(images), 2, NUM_OPS, generator=generator)
+        prob[..., OP_NAMES.index("Cutout")] = 0.0
+        mag = mag.expand(len(images), -1, -1).contiguous()
+    grouped, sync_free = _grouped_and_sync_free(
+        images, prob, mag, 3, monkeypatch, interpolation=interpolation, fill=fill,
+        count_probs=(0.0, 0.2, 0.3, 0.5), return_matrices=True, return_applied=True,
+    )
+    assert grouped[2].any(dim=(1, 2)).sum() >= 40  # most images applied something
+    for a, b in zip(grouped, sync_free, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+def test_cutout_patches(dtype, cifar_images, monkeypatch, cutout_structure):
+    # Only Cutout, at p = 1, with one op per image: every image gets exactly one patch of its magnitude.
+    monkeypatch.setattr(augment_module, "_FORCE_SYNC_FREE", True)
+    images = cifar_images[:32]
+    images = images if dtype == torch.uint8 else images.float() / 255
+    prob = torch.zeros(2, NUM_OPS)
+    prob[0, OP_NAMES.index("Cutout")] = 1.0
+    mag = _policy(0.5, 0.5, 0)[1]
+    mag[:, OP_NAMES.index("Cutout")] = 0.2
+    fill = 7 if dtype == torch.uint8 else 7 / 255
+    out = augment(images, prob, mag, (0.0, 1.0), fill=fill, generator=torch.Generator().manual_seed(0))
+    cutout_structure(images, out, 0.2, fill)
+
+
+def test_frames_share_their_draws(cifar_images, monkeypatch):
+    monkeypatch.setattr(augment_module, "_FORCE_SYNC_FREE", True)
+    video = cifar_images[:1].expand(6, -1, -1, -1).contiguous()  # 3 videos of 2 identical frames
+    prob, mag = _policy(0.5, 0.5, 4)
+    out = augment(video, prob, mag, frames=2, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(out[0::2], out[1::2])
+
+
+def test_batch_of_one_image(cifar_images, monkeypatch):
+    # The accelerators take one image through the same path (no host-side picking of its ops).
+    prob, mag = _policy(0.5, 0.5, 5)
+    prob[:, OP_NAMES.index("Cutout")] = 0.0
+    grouped, sync_free = _grouped_and_sync_free(cifar_images[0], prob, mag, 6, monkeypatch)
+    assert sync_free.shape == cifar_images[0].shape and torch.equal(grouped, sync_free)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# CUDA: the real thing.
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _cuda_policy():
+    schedule = Schedule.constant(*(t.numpy() for t in _policy(0.5, 0.5, 7)))
+    return HBAPolicy(schedule)
+
+
+@cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+@pytest.mark.parametrize("interpolation", [InterpolationMode.NEAREST, InterpolationMode.BILINEAR])
+def test_cuda_batch_never_synchronises(dtype, interpolation, cifar_images):
+    device = torch.device("cuda")
+    images = cifar_images.to(device)
+    images = images if dtype == torch.uint8 else images.float() / 255
+    transform = HBAPolicy(_cuda_policy().schedule, interpolation=interpolation)
+    generator = torch.Generator(device).manual_seed(0)
+    transform(images, generator=generator)  # first call: the policy's check and the per-device constants
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(2):
+            out = transform(images, generator=generator)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert out.shape == images.shape and out.dtype == images.dtype
+
+
+@cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+def test_cuda_graph_replay_equals_eager(dtype, cifar_images):
+    device = torch.device("cuda")
+    images = cifar_images.to(device)
+    images = images if dtype == torch.uint8 else images.float() / 255
+    prob, mag = (t.to(device) for t in _policy(0.5, 0.5, 8))
+    # Warm up on a side stream (caches, the policy's check), as torch.cuda.graphs asks.
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            augment(images, prob, mag)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = augment(images, prob, mag)  # torch's default CUDA generator: graph-safe
+    for seed in (0, 1):
+        torch.cuda.manual_seed(seed)
+        graph.replay()
+        torch.cuda.manual_seed(seed)
+        eager = augment(images, prob, mag)
+        assert torch.equal(captured, eager), f"seed {seed}: replay differs from eager"
+    assert not torch.equal(captured, images)
