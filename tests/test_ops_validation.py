@@ -235,5 +235,10 @@ def test_float_values_outside_0_1(spec, value, images):
     bad = images.float() / 255
     bad[0, 0, 0, 0] = value
     magnitude = spec.high if spec.has_magnitude else None
-    with pytest.raises(ValueError, match=r"float images must hold values in \[0, 1\]"):
+    if math.isfinite(value):
+        said = rf"float images must hold values in \[0, 1\], got values in \[{min(value, 0):g}, {max(value, 1):g}\]"
+    else:  # not "[nan, nan]": the message counts what is wrong
+        said = (r"float images must hold finite values in \[0, 1\], got "
+                + ("1 NaN and 0 infinite" if math.isnan(value) else "0 NaN and 1 infinite") + rf" value\(s\) among {bad.numel()}")
+    with pytest.raises(ValueError, match=said):
         apply_op(bad, spec.name, magnitude)

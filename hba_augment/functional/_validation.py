@@ -97,6 +97,11 @@ def check_float_range(images: Tensor) -> None:
     low, high = low.item(), high.item()
     if low >= 0.0 and high <= 1.0:  # NaN fails both comparisons
         return
+    if not (math.isfinite(low) and math.isfinite(high)):
+        # aminmax gives NaN as soon as one pixel is NaN: count what is wrong instead of printing [nan, nan].
+        nans, infs = int(torch.isnan(images).sum()), int(torch.isinf(images).sum())
+        raise ValueError(f"float images must hold finite values in [0, 1], got {nans} NaN and {infs} infinite "
+                         f"value(s) among {images.numel()}")
     hint = ""
     if high > 1.0 and high <= 255.0 and low >= 0.0:
         hint = " (values on [0, 255]: convert with v2.ToDtype(torch.float32, scale=True) or divide by 255)"
