@@ -406,6 +406,21 @@ def _chunk_size(batch: Tensor) -> int:
     return max(1, _CHUNK_BYTES // image_bytes)
 
 
+def _draw_batch(
+    policy: _Policy, edges: Tensor, b: int, ctx: KernelContext, geometry: _Geometry | None, applied: _Applied | None
+) -> tuple[Tensor, Tensor]:
+    """The ``(B, steps)`` codes and magnitudes of a batch of ``b`` images (one draw per video, repeated for
+    its frames), reported to ``geometry`` and ``applied`` when given."""
+    code, magnitude = _sample(policy, edges, len(edges), b // ctx.frames, ctx.generator)
+    if ctx.frames > 1:  # one draw per video, the same for each of its frames
+        code, magnitude = code.repeat_interleave(ctx.frames, 0), magnitude.repeat_interleave(ctx.frames, 0)
+    if geometry is not None:
+        geometry.add_batch(code, magnitude)
+    if applied is not None:
+        applied.add_batch(code)
+    return code, magnitude
+
+
 def _augment_batch(
     batch: Tensor,
     policy: _Policy,
@@ -421,13 +436,7 @@ def _augment_batch(
     its images applied."""
     b, _, h, w = batch.shape
     steps = len(edges)
-    code, magnitude = _sample(policy, edges, steps, b // ctx.frames, ctx.generator)
-    if ctx.frames > 1:  # one draw per video, the same for each of its frames
-        code, magnitude = code.repeat_interleave(ctx.frames, 0), magnitude.repeat_interleave(ctx.frames, 0)
-    if geometry is not None:
-        geometry.add_batch(code, magnitude)
-    if applied is not None:
-        applied.add_batch(code)
+    code, magnitude = _draw_batch(policy, edges, b, ctx, geometry, applied)
     # Group the images of each step by op. The one host synchronisation: which ops are drawn, and how
     # many images draw each.
     group = torch.take(_constants(batch.device)[1], code)  # (B, steps)
@@ -468,13 +477,7 @@ def _augment_batch_static(
     with its own op and parameters (the identity where it applies none). Same arguments and result."""
     b, _, h, w = batch.shape
     steps = len(edges)
-    code, magnitude = _sample(policy, edges, steps, b // ctx.frames, ctx.generator)
-    if ctx.frames > 1:  # one draw per video, the same for each of its frames
-        code, magnitude = code.repeat_interleave(ctx.frames, 0), magnitude.repeat_interleave(ctx.frames, 0)
-    if geometry is not None:
-        geometry.add_batch(code, magnitude)
-    if applied is not None:
-        applied.add_batch(code)
+    code, magnitude = _draw_batch(policy, edges, b, ctx, geometry, applied)
     constants = _constants(batch.device)
     op = torch.take(constants[7], code)
     maps = _static_warp_maps(policy, h, w, ctx)
