@@ -259,3 +259,24 @@ def test_cuda_graph_replay_equals_eager(dtype, cifar_images):
         eager = augment(images, prob, mag)
         assert torch.equal(captured, eager), f"seed {seed}: replay differs from eager"
     assert not torch.equal(captured, images)
+
+
+def test_unchecked_fresh_per_image_policies_never_read_the_device(cifar_images, monkeypatch, sync_free):
+    """The search's case: a new per-image policy every step, valid by construction. With the check it costs
+    one host read per call; ``check_policy=False`` costs none (and takes an invalid policy without a word)."""
+    images = cifar_images[:8]
+    prob, mag = _policy(0.5, 0.5, 0)
+    fresh = lambda: (prob.expand(8, -1, -1).clone(), mag.expand(8, -1, -1).clone())  # noqa: E731
+    augment(images, *fresh(), generator=torch.Generator().manual_seed(0))  # warm the other caches
+    with monkeypatch.context() as m:
+        sync_free(m)
+        with _Recorder() as recorder:
+            augment(images, *fresh(), generator=torch.Generator().manual_seed(0), check_policy=False)
+        assert recorder.syncs == []
+        with pytest.raises(AssertionError, match="host read"), _Recorder():
+            augment(images, *fresh(), generator=torch.Generator().manual_seed(0))
+    bad_prob, bad_mag = fresh()
+    bad_prob[3, 0, 0] = 1.5
+    with pytest.raises(ValueError, match=r"prob of ShearX \(copy 0\) must lie in \[0, 1\], got 1.5"):
+        augment(images, bad_prob, bad_mag)
+    assert augment(images, bad_prob, bad_mag, check_policy=False).shape == images.shape

@@ -185,8 +185,9 @@ _CHECKED: list[tuple] = []
 _CHECKED_KEEP = 4
 
 
-def _checked_policy(prob: Tensor, mag: Tensor, batch: int, device: torch.device) -> _Policy:
-    """Validate the policy and prepare it for :func:`_sample` (remembering the last few)."""
+def _checked_policy(prob: Tensor, mag: Tensor, batch: int, device: torch.device, check: bool = True) -> _Policy:
+    """Validate the policy (unless ``check`` is false) and prepare it for :func:`_sample` (remembering the
+    last few checked)."""
     try:
         # The batch size matters only to per-image policies (its shape is checked against it).
         key = (prob._version, mag._version, device, batch if prob.ndim == 3 or mag.ndim == 3 else None)
@@ -197,9 +198,10 @@ def _checked_policy(prob: Tensor, mag: Tensor, batch: int, device: torch.device)
             if entry[0]() is prob and entry[1]() is mag and entry[2] == key:
                 return entry[3]
     prob_, mag_ = _policy_tensor(prob, "prob", batch, device), _policy_tensor(mag, "mag", batch, device)
-    _check_policy(prob_, mag_, device)
+    if check:
+        _check_policy(prob_, mag_, device)
     checked = _Policy(prob_, torch.cat([mag_, mag_ * _constants(device)[0]], dim=1))
-    if key is not None:
+    if check and key is not None:
         _CHECKED.insert(0, (weakref.ref(prob), weakref.ref(mag), key, checked))
         del _CHECKED[_CHECKED_KEEP:]
     return checked
@@ -288,6 +290,7 @@ def augment(
     frames: int = 1,
     return_matrices: bool = False,
     return_applied: bool = False,
+    check_policy: bool = True,
 ) -> Tensor | tuple[Tensor, Tensor] | tuple[Tensor, Tensor, Tensor]:
     """Augment every image independently with PBA's template (SPEC section 2).
 
@@ -321,6 +324,10 @@ def augment(
             (PIL AFFINE data, composed in order), to move its boxes, masks or key points with it.
         return_applied: also return which slots each image applied (what the search's hyper-layers can be
             conditioned on: ``hba-augment search --hyper-input applied``).
+        check_policy: check that ``prob`` and ``mag`` lie in their ranges. The check reads its answer on
+            the host, once per new policy tensor: a GPU caller whose policies are valid by construction
+            (the search's, mapped from logits) passes ``False`` so that its steps never wait for the
+            device; values outside the ranges then give undefined results.
 
     Returns:
         A new tensor with the dtype, shape and device of ``images``; with ``return_matrices``, also the
@@ -343,7 +350,7 @@ def augment(
     except TypeError:  # not hashable (a list, say)
         edges, edge_values = _count_edges(check_count_probs(count_probs), device)
     steps = len(edge_values)
-    policy = _checked_policy(prob, mag, b // frames, device)
+    policy = _checked_policy(prob, mag, b // frames, device, check_policy)
     ctx = kernel_context(batch, fill, interpolation, generator)
     if frames > 1:
         ctx = ctx._replace(frames=frames)

@@ -523,11 +523,14 @@ class _Search:
         eps = torch.randn(n, NUM_HPARAMS, generator=self.g_noise, device=self.device)
         lam = self.hparams.detach() + cfg.sigma * eps
         prob, mag = hparams_to_policy(lam)
+        # The policies are valid by construction; on a GPU, checking them would wait for the device every step
+        # (a NaN lambda is caught at the end of the epoch instead, as a non-finite loss or lambda).
+        options = {"generator": self.g_aug, "check_policy": self.device.type == "cpu"}
         applied = None
         if cfg.hyper_input == "applied" or (self.teacher is not None and cfg.teacher_estimator == "applied"):
-            x, applied = functional.augment(x, prob, mag, cfg.count_probs, generator=self.g_aug, return_applied=True)
+            x, applied = functional.augment(x, prob, mag, cfg.count_probs, return_applied=True, **options)
         else:
-            x = functional.augment(x, prob, mag, cfg.count_probs, generator=self.g_aug)
+            x = functional.augment(x, prob, mag, cfg.count_probs, **options)
         condition = applied_input(applied, lam) if cfg.hyper_input == "applied" else lam
         x = baseline_augment(self.normalise(x), flip=cfg.flip, crop_padding=cfg.crop_padding, cutout=cfg.cutout,
                              generator=self.g_aug)
