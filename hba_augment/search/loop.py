@@ -145,20 +145,20 @@ class SearchConfig:
             ``hparam_lr * prior_decay`` of the distance (decoupled, as AdamW's weight decay pulls towards 0;
             ``0``: no pull, the paper). Adam moves a coordinate by about ``hparam_lr`` per step whatever the
             gradient's size, so a coordinate whose gradient keeps its sign settles about
-            ``1 / prior_decay`` logits from its start, while one whose gradient is noise stays within
-            about ``sqrt(1 / (2 hparam_lr prior_decay))`` steps' spread of it instead of random-walking away.
-        hparam_accumulate: validation steps whose mean gradient makes one step of ``lambda`` (``1``: a step
-            per validation step, the paper). Averaging ``n`` gradients divides the noise of a step by
-            ``sqrt(n)`` and the number of steps by ``n``.
+            ``1 / prior_decay`` logits from its start, while one whose gradient is noise stays within about
+            ``sqrt(hparam_lr / (2 prior_decay))`` logits of it instead of random-walking away.
+        hparam_accumulate: gradients of ``lambda`` (one per validation step; one per training step with the
+            teacher objective) whose mean makes one step (``1``: a step per gradient, the paper). Averaging
+            ``n`` gradients divides the noise of a step by ``sqrt(n)`` and the number of steps by ``n``.
         objective: what ``lambda`` learns from. ``"hypernetwork"`` (the paper): the validation loss of the
             hypernetwork conditioned on ``lambda``, differentiated through the hyper-layers (the validation
             steps). ``"teacher"``: TeachAugment's objective (Suzuki, CVPR 2022) in this search space, with no
             validation steps: an augmentation should be hard for the network and easy for its teacher, an
             exponential moving average of the network's weights (``teacher_decay``). Each training image
             ``i`` scores ``r_i = CE(network(x_i)) - CE(teacher(x_i))`` on its augmented version, and the
-            per-image perturbations ``eps_i`` that drew it give an evolution-strategies estimate of the
-            gradient of the mean score (``teacher_estimator``), which ``lambda`` ascends (one step per
-            training step). It costs one forward pass of the teacher per training step.
+            batch gives an estimate of the gradient of the mean score (``teacher_estimator``), which
+            ``lambda`` ascends (one step per training step). It costs one forward pass of the teacher per
+            training step and no validation images.
         teacher_estimator: how the teacher objective's gradient is estimated from the batch: ``"applied"``
             (default) from what each image applied (see :meth:`_Search._applied_ascent`), ``"es"`` from the
             perturbations alone, ``sum_i (r_i - mean r) eps_i / (n sigma)``.
