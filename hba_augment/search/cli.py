@@ -166,6 +166,8 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
                    help="channels-last memory format (default: on for CPU, off otherwise)")
     g.add_argument("--amp", action="store_true", default=None,
                    help="bfloat16 autocast for the network (GPUs; default: off)")
+    g.add_argument("--compile", action="store_true", default=None,
+                   help="run the training steps through torch.compile (GPUs; default: off)")
     g.add_argument("--dist-timeout", type=positive_float, default=1800.0, metavar="SECONDS",
                    help="under torchrun: how long a process waits for the others before the run fails "
                    "(default: 1800)")
@@ -199,7 +201,7 @@ def config_from_args(args: argparse.Namespace, device: str) -> SearchConfig:
         count_probs=args.count_probs, objective=args.objective, teacher_decay=args.teacher_decay,
         teacher_estimator=args.teacher_estimator, hyper_input=args.hyper_input, seed=args.seed, device=device, image_size=args.image_size,
         classes=args.classes, download=args.download or None, flip=args.flip, crop_padding=args.crop_padding, cutout=args.cutout,
-        name=args.name, channels_last=args.channels_last, amp=args.amp,
+        name=args.name, channels_last=args.channels_last, amp=args.amp, compile=args.compile,
     )
 
 
