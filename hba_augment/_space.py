@@ -9,9 +9,21 @@ agree, op by op.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import math
+import numbers
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
-__all__ = ["DEFAULT_COUNT_PROBS", "MAGNITUDE_OPS", "NUM_COPIES", "NUM_OPS", "OP_NAMES", "OP_RANGES", "OpRange"]
+__all__ = [
+    "DEFAULT_COUNT_PROBS",
+    "MAGNITUDE_OPS",
+    "NUM_COPIES",
+    "NUM_OPS",
+    "OP_NAMES",
+    "OP_RANGES",
+    "OpRange",
+    "check_count_probs",
+]
 
 
 class OpRange(NamedTuple):
@@ -56,3 +68,39 @@ MAGNITUDE_OPS: tuple[int, ...] = tuple(i for i, op in enumerate(OP_RANGES) if op
 NUM_COPIES = 2
 #: Distribution of the number K of ops applied per image: P(K=0), P(K=1), P(K=2).
 DEFAULT_COUNT_PROBS: tuple[float, ...] = (0.2, 0.3, 0.5)
+
+# K counts applied slots, so it can never exceed the 30 slots of the template.
+_MAX_COUNT = NUM_COPIES * NUM_OPS
+_SUM_TOLERANCE = 1e-6
+
+
+def check_count_probs(count_probs: Any) -> tuple[float, ...]:
+    """Validate a distribution of K (``count_probs[k]``: the probability that at most ``k`` ops are applied).
+
+    The one check for schedules, :func:`hba_augment.functional.augment` and the search. Accepts a sequence,
+    a numpy array or a tensor (anything with ``tolist``) of 1 to 31 finite numbers >= 0 summing to 1
+    (within 1e-6, summed exactly).
+
+    Returns:
+        The probabilities as a tuple of floats.
+
+    Raises:
+        ValueError: naming the offending value.
+    """
+    if isinstance(count_probs, (str, bytes, Mapping)) or not (
+        hasattr(count_probs, "tolist") or (hasattr(count_probs, "__len__") and hasattr(count_probs, "__getitem__"))
+    ):
+        raise ValueError(f"count_probs must be a sequence of probabilities, got {count_probs!r}")
+    values = count_probs.tolist() if hasattr(count_probs, "tolist") else list(count_probs)
+    if not isinstance(values, list) or not 1 <= len(values) <= _MAX_COUNT + 1:
+        size = len(values) if isinstance(values, list) else "a scalar"
+        raise ValueError(f"count_probs must have 1 to {_MAX_COUNT + 1} entries (P(K=0), P(K=1), ...), got {size}")
+    out = []
+    for i, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"count_probs[{i}] must be a finite number >= 0, got {v!r}")
+        out.append(float(v))
+    total = math.fsum(out)
+    if abs(total - 1.0) > _SUM_TOLERANCE:
+        raise ValueError(f"count_probs must sum to 1 (tolerance {_SUM_TOLERANCE}), got {out} (sum {total!r})")
+    return tuple(out)

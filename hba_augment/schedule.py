@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import json
 import math
-import numbers
 import operator
 import os
 import sys
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._io import atomic_open
-from ._space import DEFAULT_COUNT_PROBS, NUM_COPIES, NUM_OPS, OP_NAMES, OP_RANGES
+from ._space import DEFAULT_COUNT_PROBS, NUM_COPIES, NUM_OPS, OP_NAMES, OP_RANGES, check_count_probs
 
 if TYPE_CHECKING:
     import torch
@@ -37,9 +36,6 @@ VERSION = 2
 READABLE_VERSIONS = (1, 2)
 _SOLARIZE = OP_NAMES.index("Solarize")
 _POSTERIZE = OP_NAMES.index("Posterize")
-# K counts applied slots, so it can never exceed the 30 slots of the template.
-_MAX_COUNT = NUM_COPIES * NUM_OPS
-_SUM_TOLERANCE = 1e-6
 # Six significant digits keep files small and diffable; rounding maps each range end to itself,
 # so a rounded value never leaves its range.
 _SIGNIFICANT_DIGITS = 6
@@ -75,25 +71,6 @@ def _check_int(value: Any, what: str, minimum: int) -> int:
     if value < minimum:
         raise ValueError(f"{what} must be an integer >= {minimum}, got {value}")
     return value
-
-
-def _check_count_probs(count_probs: Any) -> tuple[float, ...]:
-    if isinstance(count_probs, (str, bytes, Mapping)) or not (
-        isinstance(count_probs, (Sequence, np.ndarray)) or _is_tensor(count_probs)
-    ):
-        raise ValueError(f"count_probs must be a sequence of probabilities, got {count_probs!r}")
-    values = list(count_probs if isinstance(count_probs, Sequence) else count_probs.tolist())
-    if not 1 <= len(values) <= _MAX_COUNT + 1:
-        raise ValueError(f"count_probs must have 1 to {_MAX_COUNT + 1} entries (P(K=0), P(K=1), ...), got {len(values)}")
-    out = []
-    for i, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0:
-            raise ValueError(f"count_probs[{i}] must be a finite number >= 0, got {v!r}")
-        out.append(float(v))
-    total = math.fsum(out)
-    if abs(total - 1.0) > _SUM_TOLERANCE:
-        raise ValueError(f"count_probs must sum to 1 (tolerance {_SUM_TOLERANCE}), got {out} (sum {total!r})")
-    return tuple(out)
 
 
 def _check_provenance(provenance: Any) -> dict[str, Any]:
@@ -221,7 +198,7 @@ class Schedule:
         self._name = name
         self._prob = prob_array
         self._mag = mag_array
-        self._count_probs = _check_count_probs(count_probs)
+        self._count_probs = check_count_probs(count_probs)
         self._provenance = _check_provenance(provenance)
 
     # ------------------------------------------------------------------ attributes

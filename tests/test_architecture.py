@@ -251,3 +251,15 @@ def test_the_torch_free_op_table_agrees_with_the_kernels_table():
     assert [(op.name, op.low, op.high, op.signed) for op in functional.OPS] == [tuple(op) for op in _space.OP_RANGES]
     assert _space.MAGNITUDE_OPS == functional.MAGNITUDE_OPS and _space.OP_NAMES == functional.OP_NAMES
     assert (_space.NUM_COPIES, _space.DEFAULT_COUNT_PROBS) == (functional.NUM_COPIES, functional.DEFAULT_COUNT_PROBS)
+
+
+def test_count_probs_has_one_check():
+    # Schedules, functional.augment and the search accept the same distributions of K and say the same.
+    import hba_augment._space as space
+    import hba_augment.functional as functional
+    import hba_augment.schedule as schedule
+
+    assert functional.check_count_probs is space.check_count_probs is schedule.check_count_probs
+    defining = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+                if re.search(r"^def _?check_count_probs\(", p.read_text(), re.M)]
+    assert defining == ["_space.py"]

@@ -13,7 +13,8 @@ import torch
 from torch import Tensor
 from torchvision.transforms import InterpolationMode
 
-from .._space import DEFAULT_COUNT_PROBS  # the distribution of K, PBA's default; its home is the table
+# The distribution of K (PBA's default) and its check have their home in the torch-free table.
+from .._space import DEFAULT_COUNT_PROBS, check_count_probs
 from ._batched import NO_OP, apply_step
 from ._kernels import KernelContext, affine, identity_table, lookup, nearest_index, warp_nearest
 from ._table import NUM_COPIES, NUM_OPS, OPS, OpSpec
@@ -113,17 +114,6 @@ def _count_edges(count_probs: tuple[float, ...], device: torch.device) -> tuple[
     values = check_count_probs(count_probs)
     edges = torch.tensor(values, dtype=torch.float64).cumsum(0)[:-1][:_SLOTS].float()
     return edges.to(device), tuple(edges.tolist())
-
-
-def check_count_probs(count_probs: Sequence[float]) -> tuple[float, ...]:
-    """Validate the distribution of K (index k = probability of at most k ops). Returns it as floats."""
-    try:
-        values = tuple(float(p) for p in count_probs)
-    except (TypeError, ValueError):
-        raise ValueError(f"count_probs must be a sequence of probabilities, got {count_probs!r}") from None
-    if not values or any(not (0.0 <= p <= 1.0) for p in values) or abs(sum(values) - 1.0) > 1e-6:
-        raise ValueError(f"count_probs must be probabilities summing to 1, got {count_probs!r}")
-    return values
 
 
 def _policy_tensor(value: Tensor, name: str, batch: int, device: torch.device) -> Tensor:
