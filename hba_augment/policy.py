@@ -17,12 +17,19 @@ from torchvision.transforms import InterpolationMode
 
 from . import pretrained
 from ._targets import TARGETS, move_target
-from .functional import CHANNELS, augment, augment_pil, check_channels, draw_one, interpolation_mode
+from .functional import (
+    CHANNELS,
+    augment,
+    augment_pil,
+    check_channels,
+    check_pil_mode,
+    draw_one,
+    interpolation_mode,
+)
 from .schedule import Schedule, _check_int
 
 __all__ = ["HBAPolicy"]
 
-_PIL_MODES = ("L", "RGB")
 # What a sample's one image may be (a pure tensor too, when there is none of these).
 _IMAGES = (PIL.Image.Image, tv_tensors.Image, tv_tensors.Video)
 Fill = float | int | list[float] | tuple[float, ...] | None
@@ -332,8 +339,7 @@ class HBAPolicy(torch.nn.Module):
                 f"Inputs of type {type(targets[0]).__name__} are not supported by HBAPolicy() with a Video"
             )
         if isinstance(img, PIL.Image.Image):
-            if img.mode not in _PIL_MODES:  # augment_pil checks its input, but this path does not reach it
-                raise ValueError(f"PIL images must have mode 'L' or 'RGB', got {img.mode!r}; convert them first")
+            check_pil_mode(img)  # augment_pil checks its input, but this path does not reach it
             # Through the tensor path, which reports the geometry: the same draws and pixels as for the
             # PIL image alone.
             batch, matrices = self._augment_tensor(

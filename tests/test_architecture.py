@@ -263,3 +263,9 @@ def test_count_probs_has_one_check():
     defining = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
                 if re.search(r"^def _?check_count_probs\(", p.read_text(), re.M)]
     assert defining == ["_space.py"]
+
+
+def test_pil_modes_have_one_check():
+    # One message for a PIL image of another mode, wherever it enters (the transform, functional).
+    hits = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if "must have mode 'L' or 'RGB'" in p.read_text()]
+    assert hits == ["functional/_pil.py"]

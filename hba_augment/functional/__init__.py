@@ -28,7 +28,7 @@ from ._ops import (
     translate_x,
     translate_y,
 )
-from ._pil import augment_pil
+from ._pil import PIL_MODES, augment_pil, check_pil_mode
 from ._table import MAGNITUDE_OPS, NUM_COPIES, NUM_OPS, OP_NAMES, OPS, OpSpec, op_index
 from ._validation import CHANNELS, check_channels, interpolation_mode
 
@@ -40,6 +40,7 @@ __all__ = [
     "NUM_OPS",
     "OPS",
     "OP_NAMES",
+    "PIL_MODES",
     "Drawn",
     "KernelContext",
     "OpSpec",
@@ -52,6 +53,7 @@ __all__ = [
     "brightness",
     "check_channels",
     "check_count_probs",
+    "check_pil_mode",
     "color",
     "contrast",
     "cutout",

@@ -41,9 +41,10 @@ from ._augment import _SLOTS, _WARP_ENTRIES, Drawn, _fixed_tables, _warp_matrice
 from ._table import NUM_OPS, OPS
 from ._validation import Fill, fill_levels, interpolation_mode
 
-__all__ = ["augment_pil"]
+__all__ = ["PIL_MODES", "augment_pil", "check_pil_mode"]
 
-_MODES = ("L", "RGB")
+#: The PIL image modes the package augments (one band, or three).
+PIL_MODES = ("L", "RGB")
 _RESAMPLE = {"nearest": Image.Resampling.NEAREST, "bilinear": Image.Resampling.BILINEAR}
 _RAMP = np.arange(256, dtype=np.float64)
 _IDENTITY = np.arange(256, dtype=np.int64)
@@ -63,6 +64,12 @@ class _Context(NamedTuple):
     ink: Ink
     resample: Image.Resampling
     generator: torch.Generator | None
+
+
+def check_pil_mode(img: Image.Image) -> None:
+    """Raise ``ValueError`` unless ``img`` has one of :data:`PIL_MODES` (the one check of a PIL image's mode)."""
+    if img.mode not in PIL_MODES:
+        raise ValueError(f"PIL images must have mode 'L' or 'RGB', got {img.mode!r}; convert them first")
 
 
 def augment_pil(
@@ -94,8 +101,7 @@ def augment_pil(
     Raises:
         ValueError: for another mode, a bad ``fill`` or ``interpolation`` (also when no op is drawn).
     """
-    if img.mode not in _MODES:
-        raise ValueError(f"PIL images must have mode 'L' or 'RGB', got {img.mode!r}; convert them first")
+    check_pil_mode(img)
     bands = len(img.mode)  # "L" or "RGB": one letter a band (getbands() costs more)
     ink = _ink(fill, bands)
     resample = _resample(interpolation)

@@ -28,7 +28,7 @@ __all__ = [
 
 _MODES = {InterpolationMode.NEAREST: "nearest", InterpolationMode.BILINEAR: "bilinear"}
 # Pillow's resampling constants (PIL.Image.Resampling) for the two modes, as torchvision maps them.
-_PIL_MODES = {0: InterpolationMode.NEAREST, 2: InterpolationMode.BILINEAR}
+_PIL_RESAMPLE = {0: InterpolationMode.NEAREST, 2: InterpolationMode.BILINEAR}
 
 Fill = float | int | Sequence[float] | None
 # from_levels converts smaller tensors to uint8 directly.
@@ -156,7 +156,7 @@ def interpolation_mode(interpolation: InterpolationMode | str | int) -> str:
         except ValueError:
             pass
     elif isinstance(mode, int) and not isinstance(mode, bool):
-        mode = _PIL_MODES.get(int(mode), mode)
+        mode = _PIL_RESAMPLE.get(int(mode), mode)
     if mode not in _MODES:
         raise ValueError(
             "interpolation must be InterpolationMode.NEAREST or InterpolationMode.BILINEAR (or Pillow's "
