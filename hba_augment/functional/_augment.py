@@ -17,15 +17,9 @@ from torchvision.transforms import InterpolationMode
 from .._space import DEFAULT_COUNT_PROBS, check_count_probs
 from ._batched import NO_OP, apply_step
 from ._kernels import KernelContext, affine, identity_table, lookup, nearest_index, warp_nearest
+from ._levels import compute_dtype, from_levels, kernel_context, to_levels
 from ._table import NUM_COPIES, NUM_OPS, OPS, OpSpec
-from ._validation import (
-    Fill,
-    check_images,
-    compute_dtype,
-    from_levels,
-    kernel_context,
-    to_levels,
-)
+from ._validation import Fill, check_images
 
 __all__ = [
     "DEFAULT_COUNT_PROBS",

@@ -26,8 +26,8 @@ import torch
 from torch import Tensor
 
 from . import _kernels as K
+from ._levels import from_levels, to_levels
 from ._table import NUM_OPS, OPS
-from ._validation import from_levels, to_levels
 
 __all__ = ["NO_OP", "apply_step"]
 

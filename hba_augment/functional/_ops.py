@@ -6,15 +6,9 @@ import torch
 from torch import Tensor
 from torchvision.transforms import InterpolationMode
 
+from ._levels import from_levels, kernel_context, to_levels
 from ._table import OPS, op_index
-from ._validation import (
-    Fill,
-    check_images,
-    check_magnitude,
-    from_levels,
-    kernel_context,
-    to_levels,
-)
+from ._validation import Fill, check_images, check_magnitude
 
 __all__ = [
     "apply_op",

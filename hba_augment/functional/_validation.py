@@ -1,4 +1,8 @@
-"""Argument checks and the conversions between the caller's images and the kernels' levels."""
+"""Argument checks: images, channels, float ranges, magnitudes, ``fill`` and ``interpolation``.
+
+The conversions between the caller's images and the kernels' levels, and the kernels' context, are in
+:mod:`._levels`.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,6 @@ import torch
 from torch import Tensor
 from torchvision.transforms import InterpolationMode
 
-from ._kernels import KernelContext
 from ._table import OpSpec
 
 __all__ = [
@@ -20,10 +23,7 @@ __all__ = [
     "check_images",
     "check_magnitude",
     "fill_levels",
-    "from_levels",
     "interpolation_mode",
-    "kernel_context",
-    "to_levels",
 ]
 
 _MODES = {InterpolationMode.NEAREST: "nearest", InterpolationMode.BILINEAR: "bilinear"}
@@ -31,8 +31,6 @@ _MODES = {InterpolationMode.NEAREST: "nearest", InterpolationMode.BILINEAR: "bil
 _PIL_RESAMPLE = {0: InterpolationMode.NEAREST, 2: InterpolationMode.BILINEAR}
 
 Fill = float | int | Sequence[float] | None
-# from_levels converts smaller tensors to uint8 directly.
-_DIRECT_UINT8 = 1 << 13
 
 
 #: Channel counts the ops are defined for (grey and RGB, as torchvision's AutoAugment).
@@ -110,35 +108,6 @@ def check_float_range(images: Tensor) -> None:
     )
 
 
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def to_levels(images: Tensor) -> Tensor:
-    """uint8 ``[0, 255]`` or float ``[0, 1]`` images -> float levels ``[0, 255]``, a new contiguous tensor
-    (one op from any layout: a PIL image arrives channels-last)."""
-    if images.dtype == torch.uint8:
-        return images.to(torch.float32, memory_format=torch.contiguous_format)
-    return images.to(compute_dtype(images.dtype), memory_format=torch.contiguous_format) * 255.0
-
-
-def from_levels(
-    levels: Tensor, dtype: torch.dtype, memory_format: torch.memory_format = torch.preserve_format
-) -> Tensor:
-    """Inverse of :func:`to_levels`, in ``memory_format``.
-
-    For uint8 the kernels already return whole levels in [0, 255] (they clamp and round like PIL), so
-    there is no clamp here; the conversion of large tensors goes through int16 because torch's float ->
-    uint8 conversion is several times slower than float -> int16 on CPUs (below about 8 Ki values the
-    second call costs more than it saves).
-    """
-    if dtype == torch.uint8:
-        if levels.numel() < _DIRECT_UINT8:
-            return levels.to(torch.uint8, memory_format=memory_format)
-        return levels.to(torch.int16).to(torch.uint8, memory_format=memory_format)
-    return (levels / 255.0).to(dtype, memory_format=memory_format)
-
-
 def interpolation_mode(interpolation: InterpolationMode | str | int) -> str:
     """Map NEAREST / BILINEAR to the grid-sample mode name.
 
@@ -207,20 +176,6 @@ def _fill_tensor(values: tuple[float, ...], scale: float, device: torch.device, 
     """The fill as levels ``(1, C, 1, 1)`` on ``device``, kept per value (the kernels only read it): a copy
     from the host on every call would synchronise a GPU."""
     return torch.tensor(values, dtype=dtype, device=device).mul_(scale).view(1, len(values), 1, 1)
-
-
-def kernel_context(
-    batch: Tensor, fill: Fill, interpolation: InterpolationMode | str, generator: torch.Generator | None
-) -> KernelContext:
-    """Validate ``fill`` and ``interpolation`` for the ``(B, C, H, W)`` images ``batch`` and return the
-    kernels' context (quantize mode for uint8 images)."""
-    uint8 = batch.dtype == torch.uint8
-    return KernelContext(
-        quantize=uint8,
-        fill=fill_levels(fill, batch.shape[1], uint8, batch.device, compute_dtype(batch.dtype)),
-        mode=interpolation_mode(interpolation),
-        generator=generator,
-    )
 
 
 def _range_text(spec: OpSpec) -> str:
