@@ -170,6 +170,7 @@ class Campaign:
                "--policies", ",".join(self.policy_item(p) for p in policies), "--device", self.args.device,
                "--threads", str(self.args.threads), "--jobs", str(max(1, jobs)), "--extra", extra.strip(),
                "--timeout", str(max(1.0, self.left() - self.args.margin)), "--keep-going",
+               "--min-run-seconds", str(self.args.min_eval_seconds),
                "--out", str(self.root / split)]
         if spec.get("test_size"):
             cmd += ["--test-size", str(spec["test_size"])]

@@ -108,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="stop a run that has not finished after this long (it stays unfinished: its checkpoint "
                    "resumes it next time) and go on with the others (default: no limit)")
+    p.add_argument("--min-run-seconds", type=float, default=0.0, metavar="SECONDS",
+                   help="with --timeout: start no run with less time than this left (it could not finish)")
     p.add_argument("--keep-going", action="store_true",
                    help="a run that fails does not stop the others; the exit status is 1 if any failed")
     p.add_argument("--report-only", action="store_true",
@@ -326,8 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         # Each run gets what is left of --timeout when it starts, so that the whole invocation ends by then.
         def one(cmd: list[str], run_out: Path, label: str) -> dict[str, Any]:
             left = None if deadline is None else deadline - time.perf_counter()
-            if left is not None and left <= 0:
-                raise RunUnfinished(f"{label} not started: --timeout reached")
+            if left is not None and left <= max(args.min_run_seconds, 0.0):
+                raise RunUnfinished(f"{label} not started: {max(left, 0):.0f} s of --timeout left")
             return _run_one(cmd, run_out, records_dir / f"{run_out.name}.json", env, label, left)
 
         futures = {pool.submit(one, cmd, run_out, f"{pol} seed {seed}"): (policy, pol, seed, cmd)

@@ -75,3 +75,12 @@ def test_the_shipped_plans_load():
         plan = gpu_campaign.load_plan(path)
         assert (REPO / "benchmarks" / "results" / plan["name"] / "schedules" / "pba.json").exists(), (
             f"run 'python benchmarks/gpu_campaign.py {path.relative_to(REPO)} --prepare' and commit its schedules")
+
+
+def test_policy_quality_starts_no_run_that_cannot_finish(data_dir: Path, tmp_path: Path):
+    cmd = [sys.executable, str(REPO / "benchmarks" / "policy_quality.py"), "--dataset", "cifar10", "--data-dir",
+           str(data_dir), "--policies", "none", "--seeds", "0", "--epochs", "1", "--train-size", "64",
+           "--timeout", "60", "--min-run-seconds", "120", "--keep-going", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 1 and "not started: 60 s of --timeout left" in proc.stdout
+    assert "no run finished" in proc.stdout and not (tmp_path / "runs").exists()
