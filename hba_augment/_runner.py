@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +39,7 @@ __all__ = [
     "BASELINES",
     "LR_SCHEDULES",
     "EpochWorker",
+    "Standardisation",
     "baseline_augment",
     "check_checkpoint",
     "check_device",
@@ -57,6 +58,7 @@ __all__ = [
     "rng_state",
     "run_epochs",
     "save_checkpoint",
+    "standardisation",
     "start_session",
     "write_jsonl",
 ]
@@ -65,6 +67,43 @@ LR_SCHEDULES = ("cosine", "step", "constant")
 
 
 # --------------------------------------------------------------------------------------- augmentation
+class Standardisation(NamedTuple):
+    """Per-channel standardisation of a training split, on the 0..1 scale: ``(x / 255 - mean) / std``.
+
+    ``mean`` and ``std`` are ``(C,)`` float32 on the CPU (for records); ``scale`` and ``shift`` are
+    ``(1, C, 1, 1)`` on the run's device, so that standardising is one fused op per batch.
+    """
+
+    mean: Tensor
+    std: Tensor
+    scale: Tensor
+    shift: Tensor
+
+    def __call__(self, images: Tensor) -> Tensor:
+        """Standardise uint8 (or float levels in 0..255) images ``(B, C, H, W)``; float32."""
+        return torch.addcmul(self.shift, images.float(), self.scale)
+
+
+def standardisation(images: Tensor, device: torch.device, chunk: int = 4096) -> Standardisation:
+    """The :class:`Standardisation` of uint8 ``images`` ``(N, C, H, W)`` (the search's and the trainer's one
+    home for it): mean and unbiased standard deviation per channel, in float64, two passes over chunks of
+    ``chunk`` images (a whole float64 copy of a large split would not fit), the deviation at least 1e-3."""
+    n, c, h, w = images.shape
+    total = torch.zeros(c, dtype=torch.float64)
+    for start in range(0, n, chunk):
+        total += images[start : start + chunk].to("cpu", torch.float64).sum(dim=(0, 2, 3))
+    count = n * h * w
+    mean = total / count / 255.0
+    squares = torch.zeros(c, dtype=torch.float64)
+    for start in range(0, n, chunk):
+        x = images[start : start + chunk].to("cpu", torch.float64).div_(255.0)
+        squares += (x - mean[None, :, None, None]).square().sum(dim=(0, 2, 3))
+    std = (squares / max(count - 1, 1)).sqrt().clamp_min(1e-3).float()
+    mean = mean.float()
+    return Standardisation(mean, std, (1.0 / (255.0 * std)).to(device)[None, :, None, None],
+                           (-mean / std).to(device)[None, :, None, None])
+
+
 def lr_at(config: Any, step: int, steps_per_epoch: int) -> float:
     """SGD learning rate at (0-based, global) training step ``step``.
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from hba_augment import _runner
 
@@ -84,3 +85,17 @@ def test_a_worker_without_the_protocol_is_refused_at_the_door(tmp_path: Path):
     with pytest.raises(TypeError, match="NoCheckpoint lacks"):
         _runner.start_session(NoCheckpoint(), tmp_path / "ck.pt", resume=False, epochs=1, session_start=0.0,
                               log=print, what="run")
+
+
+def test_standardisation_is_torchs_mean_and_std_in_any_chunks(cifar_images):
+    from hba_augment._runner import standardisation
+
+    images = cifar_images[:50]
+    x64 = images.double() / 255
+    for chunk in (7, 50, 4096):
+        s = standardisation(images, torch.device("cpu"), chunk=chunk)
+        assert torch.equal(s.mean, x64.mean(dim=(0, 2, 3)).float())
+        assert torch.equal(s.std, x64.std(dim=(0, 2, 3)).clamp_min(1e-3).float())
+    out = s(images)
+    torch.testing.assert_close(out.mean(dim=(0, 2, 3)), torch.zeros(3), atol=1e-5, rtol=0)
+    torch.testing.assert_close(out.std(dim=(0, 2, 3)), torch.ones(3), atol=1e-4, rtol=0)

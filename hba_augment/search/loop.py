@@ -351,21 +351,6 @@ def _load_data(config: SearchConfig) -> tuple[Any, Any, str]:
     return train, val, source
 
 
-def _channel_stats(images: Tensor, chunk: int = 4096) -> tuple[Tensor, Tensor]:
-    """Per-channel mean and standard deviation of uint8 images on the 0..1 scale (float64 sums, chunked)."""
-    n, c = images.shape[0], images.shape[1]
-    total = torch.zeros(c, dtype=torch.float64)
-    squares = torch.zeros(c, dtype=torch.float64)
-    for start in range(0, n, chunk):
-        x = images[start : start + chunk].to("cpu", torch.float64).div_(255.0)
-        total += x.sum(dim=(0, 2, 3))
-        squares += x.square().sum(dim=(0, 2, 3))
-    count = n * images.shape[2] * images.shape[3]
-    mean = total / count
-    var = (squares / count - mean.square()).clamp_min(0.0) * count / max(count - 1, 1)
-    return mean.float(), var.sqrt().clamp_min(1e-3).float()
-
-
 class _ValStream:
     """Batches of validation indices from successive random permutations (a pass's short tail is dropped)."""
 
@@ -452,9 +437,8 @@ class _Search:
             raise ValueError(f"need at least 2 training and 2 validation images, got {self.n_train} and {self.n_val}")
         self.fingerprint = _runner.fingerprint(train.images, train.labels, val.images, val.labels)
         # Standardisation statistics of the (reduced) training split.
-        self.mean, self.std = _channel_stats(train.images)
-        self._scale = (1.0 / (255.0 * self.std)).to(dev)[None, :, None, None]
-        self._shift = (-self.mean / self.std).to(dev)[None, :, None, None]
+        self.normalise = _runner.standardisation(train.images, dev)
+        self.mean, self.std = self.normalise.mean, self.normalise.std
 
     def _plan_batches(self) -> None:
         cfg, world = self.config, self.dist.world_size
@@ -513,9 +497,6 @@ class _Search:
         self.val_stream = _ValStream(self.n_val, self.val_batch, self.g_data)
 
     # -- data -------------------------------------------------------------------------------------
-    def normalise(self, x: Tensor) -> Tensor:
-        return torch.addcmul(self._shift, x.float(), self._scale)
-
     def _layout(self, x: Tensor) -> Tensor:
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
 

@@ -558,11 +558,8 @@ class _Trainer:
         if self.n_train < 2 or self.n_test < 1:
             raise ValueError(f"need at least 2 training images and 1 test image, got {self.n_train} and {self.n_test}")
         self.fingerprint = _runner.fingerprint(train.images, train.labels, test.images, test.labels)
-        x64 = train.images.double() / 255.0
-        self.mean = x64.mean(dim=(0, 2, 3)).float()
-        self.std = x64.std(dim=(0, 2, 3)).clamp_min(1e-3).float()
-        self._scale = (1.0 / (255.0 * self.std)).to(dev)[None, :, None, None]
-        self._shift = (-self.mean / self.std).to(dev)[None, :, None, None]
+        self.normalise = _runner.standardisation(train.images, dev)
+        self.mean, self.std = self.normalise.mean, self.normalise.std
         self.train_labels = train.labels.to(dev)
         self.test_x, self.test_y = test.images.to(dev), test.labels.to(dev)
         # Per-image (torchvision) policies read the images on the CPU, in DataLoader workers.
@@ -629,9 +626,6 @@ class _Trainer:
                 self.dataset, batch_sampler=self.sampler, num_workers=workers, persistent_workers=True,
                 pin_memory=dev.type == "cuda", prefetch_factor=4,
             )
-
-    def normalise(self, x: Tensor) -> Tensor:
-        return torch.addcmul(self._shift, x.float(), self._scale)
 
     # -- batches ----------------------------------------------------------------------------------
     def _epoch_batches(self) -> Iterator[tuple[Tensor, Tensor, int]]:
