@@ -198,10 +198,10 @@ def test_the_command_line_reaches_the_config(capsys):
 
 
 # ------------------------------------------------------------------------------------ teacher objective
-@pytest.mark.parametrize("estimator", ["es", "applied"])
-def test_teacher_objective_ascends_the_scores_estimate(tiny, monkeypatch, estimator):
+@pytest.mark.parametrize(("estimator", "weight"), [("es", 1.0), ("applied", 1.0), ("applied", 2.0)])
+def test_teacher_objective_ascends_the_scores_estimate(tiny, monkeypatch, estimator, weight):
     search = loop._Search(_config(objective="teacher", init="trivialaugment", teacher_decay=0.9,
-                                  teacher_estimator=estimator), *tiny, log=lambda m: None)
+                                  teacher_estimator=estimator, teacher_weight=weight), *tiny, log=lambda m: None)
     start = search.hparams.detach().clone()
     teacher0 = [p.clone() for p in search.teacher.parameters()]
     seen = {}
@@ -211,7 +211,7 @@ def test_teacher_objective_ascends_the_scores_estimate(tiny, monkeypatch, estima
         # The score, computed here from the same inputs before the step: hard for the network, easy for the teacher.
         with torch.no_grad(), loop._frozen_bn_statistics(search.teacher):
             t = torch.nn.functional.cross_entropy(search.teacher(search._layout(x), condition), y, reduction="none")
-        r = torch.nn.functional.cross_entropy(logits.detach(), y, reduction="none") - t
+        r = torch.nn.functional.cross_entropy(logits.detach(), y, reduction="none") - weight * t
         w = r - r.mean()
         if estimator == "es":
             assert applied is None
@@ -268,6 +268,7 @@ def test_teacher_search_resumes_bit_exact(tiny, tmp_path: Path):
     ({"objective": "teacher", "val_bn": "running"}, "no validation steps"),
     ({"objective": "bogus"}, "objective must be one of \\['hypernetwork', 'teacher'\\], got 'bogus'"),
     ({"teacher_decay": 1.0}, "teacher_decay must be a number in \\[0, 1\\), got 1.0"),
+    ({"teacher_weight": -1.0}, "teacher_weight"),
     ({"teacher_estimator": "sgd"}, "teacher_estimator must be one of \\['applied', 'es'\\], got 'sgd'"),
 ])
 def test_bad_teacher_settings(overrides, match):

@@ -143,6 +143,8 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     g.add_argument("--teacher-estimator", choices=("applied", "es"), default="applied",
                    help="how the teacher objective's gradient is estimated: applied = from the slots each image "
                    "applied (default), es = from the per-image perturbations alone")
+    g.add_argument("--teacher-weight", type=nonneg_float, default=1.0, metavar="W",
+                   help="the teacher objective's score is CE(network) - W CE(teacher) (default: 1, TeachAugment's)")
     g.add_argument("--teacher-decay", type=nonneg_float, default=0.99,
                    help="moving-average decay of the teacher's weights per training step (default: 0.99)")
     g.add_argument("--count-probs", type=_count_probs, metavar="P0,P1,...",
@@ -199,7 +201,7 @@ def config_from_args(args: argparse.Namespace, device: str) -> SearchConfig:
         hparam_lr=args.hparam_lr, sigma=args.sigma, t_train=args.t_train, t_val=args.t_val, val_bn=args.val_bn,
         init=args.init, prior_decay=args.prior_decay, hparam_accumulate=args.hparam_accumulate,
         count_probs=args.count_probs, objective=args.objective, teacher_decay=args.teacher_decay,
-        teacher_estimator=args.teacher_estimator, hyper_input=args.hyper_input, seed=args.seed, device=device, image_size=args.image_size,
+        teacher_estimator=args.teacher_estimator, teacher_weight=args.teacher_weight, hyper_input=args.hyper_input, seed=args.seed, device=device, image_size=args.image_size,
         classes=args.classes, download=args.download or None, flip=args.flip, crop_padding=args.crop_padding, cutout=args.cutout,
         name=args.name, channels_last=args.channels_last, amp=args.amp, compile=args.compile,
     )

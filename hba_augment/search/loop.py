@@ -107,7 +107,8 @@ _RESUME_FREE = frozenset({"data_dir", "name", "device", "compile"})
 # Fields added after the first checkpoints, and the value those checkpoints were searched with.
 _ADDED_FIELDS = {"val_bn": "batch", "init": "paper", "hyper_input": "hparams", "prior_decay": 0.0,
                  "hparam_accumulate": 1, "objective": "hypernetwork", "teacher_decay": 0.99,
-                 "teacher_estimator": "applied", "compile": False}
+                 "teacher_estimator": "applied", "compile": False,
+                 "teacher_weight": 1.0}
 #: Batch norm in the validation (hyperparameter) steps: the batch's statistics or the running ones.
 VAL_BN = ("batch", "running")
 #: What ``lambda`` descends: the paper's hypergradient of the validation loss, or the teacher objective.
@@ -162,6 +163,10 @@ class SearchConfig:
         teacher_estimator: how the teacher objective's gradient is estimated from the batch: ``"applied"``
             (default) from what each image applied (see :meth:`_Search._applied_ascent`), ``"es"`` from the
             perturbations alone, ``sum_i (r_i - mean r) eps_i / (n sigma)``.
+        teacher_weight: ``w`` in the score ``r_i = CE(network(x_i)) - w CE(teacher(x_i))``. TeachAugment's is
+            1; then an image that augmentation made unrecognisable scores about the gap between the network's
+            and the teacher's confidence on noise, which a search can climb (measured: `benchmarks/RESULTS.md`);
+            ``w > 1`` makes such images score below recognisable ones.
         teacher_decay: the teacher's weights follow the network's as ``t <- decay t + (1 - decay) w``
             after every training step (``objective="teacher"``). TeachAugment's 0.999 spans about 2.6 epochs
             of full CIFAR-10 (390 steps each); the default 0.99 spans about 3 epochs of the paper's 4,000
@@ -212,6 +217,7 @@ class SearchConfig:
     objective: str = "hypernetwork"
     teacher_decay: float = 0.99
     teacher_estimator: str = "applied"
+    teacher_weight: float = 1.0
     hyper_input: str = "hparams"
     seed: int = 0
     device: str = "cpu"
@@ -283,6 +289,7 @@ class SearchConfig:
         parse_init(self.init)
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got {self.objective!r}")
+        _runner.check_nonneg_number(self, "teacher_weight")
         if not (isinstance(self.teacher_decay, (int, float)) and 0.0 <= self.teacher_decay < 1.0):
             raise ValueError(f"teacher_decay must be a number in [0, 1), got {self.teacher_decay!r}")
         if self.teacher_estimator not in TEACHER_ESTIMATORS:
@@ -559,7 +566,7 @@ class _Search:
                                                                       enabled=self.config.amp):
                 teacher_logits = self.teacher(self._layout(x), condition)
             score = (F.cross_entropy(logits.detach(), y, reduction="none")
-                     - F.cross_entropy(teacher_logits.float(), y, reduction="none"))
+                     - self.config.teacher_weight * F.cross_entropy(teacher_logits.float(), y, reduction="none"))
             # The batch's mean score as the baseline (it lowers the variance; each rank uses its own shard's).
             weights = (score - score.mean()).to(eps.dtype)
             if applied is None:  # "es": every image's perturbation of every hyperparameter
@@ -803,8 +810,8 @@ class _Search:
             "prior_decay": cfg.prior_decay,
             "hparam_accumulate": cfg.hparam_accumulate,
             "objective": cfg.objective,
-            **({"teacher_decay": cfg.teacher_decay, "teacher_estimator": cfg.teacher_estimator}
-               if cfg.objective == "teacher" else {}),
+            **({"teacher_decay": cfg.teacher_decay, "teacher_estimator": cfg.teacher_estimator,
+                "teacher_weight": cfg.teacher_weight} if cfg.objective == "teacher" else {}),
             "hyper_input": cfg.hyper_input,
             "channels_last": self.channels_last,
             "amp": cfg.amp,
