@@ -160,20 +160,22 @@ class Campaign:
             started.append(name)
         return started
 
-    def start_evals(self, split: str, policies: list[str], jobs: int) -> None:
+    def policy_quality(self, split: str, policies: list[str], *options: str) -> list[str]:
+        """The ``policy_quality.py`` command of ``policies`` on ``split``: the plan's protocol, then ``options``."""
         spec, train = self.plan["evals"][split], self.plan["train"]
         extra = train.get("extra", "") + (" --eval-split val" if split == "val" else "")
-        cmd = [sys.executable, str(REPO / "benchmarks" / "policy_quality.py"), "--dataset",
+        cmd = [sys.executable, str(REPO / "benchmarks" / "policy_quality.py"), *options, "--dataset",
                self.plan.get("dataset", "imagefolder"), "--data-dir", str(self.data), "--preset",
                train.get("preset", "cifar10"), "--model", train["model"], "--epochs", str(train["epochs"]),
                "--train-size", str(train["train_size"]), "--seeds", ",".join(map(str, spec["seeds"])),
                "--policies", ",".join(self.policy_item(p) for p in policies), "--device", self.args.device,
-               "--threads", str(self.args.threads), "--jobs", str(max(1, jobs)), "--extra", extra.strip(),
-               "--timeout", str(max(1.0, self.left() - self.args.margin)), "--keep-going",
-               "--min-run-seconds", str(self.args.min_eval_seconds),
-               "--out", str(self.root / split)]
-        if spec.get("test_size"):
-            cmd += ["--test-size", str(spec["test_size"])]
+               "--threads", str(self.args.threads), "--extra", extra.strip(), "--out", str(self.root / split)]
+        return cmd + (["--test-size", str(spec["test_size"])] if spec.get("test_size") else [])
+
+    def start_evals(self, split: str, policies: list[str], jobs: int) -> None:
+        cmd = self.policy_quality(split, policies, "--jobs", str(max(1, jobs)), "--timeout",
+                                  str(max(1.0, self.left() - self.args.margin)), "--keep-going",
+                                  "--min-run-seconds", str(self.args.min_eval_seconds))
         self.launch(f"{split}: {', '.join(policies)}", cmd, self.root / split / "log.txt", max(1, jobs))
 
     def running(self) -> int:
@@ -226,20 +228,10 @@ class Campaign:
     def report(self) -> None:
         """Each split's table from every finished record (``--report-only``)."""
         for split, spec in self.plan["evals"].items():
-            train = self.plan["train"]
-            extra = train.get("extra", "") + (" --eval-split val" if split == "val" else "")
             policies = [p for p in spec["policies"] if self.ready(p)]
-            if not policies:
-                continue
-            cmd = [sys.executable, str(REPO / "benchmarks" / "policy_quality.py"), "--report-only", "--dataset",
-                   self.plan.get("dataset", "imagefolder"), "--data-dir", str(self.data), "--preset",
-                   train.get("preset", "cifar10"), "--model", train["model"], "--epochs", str(train["epochs"]),
-                   "--train-size", str(train["train_size"]), "--seeds", ",".join(map(str, spec["seeds"])),
-                   "--policies", ",".join(self.policy_item(p) for p in policies), "--device", self.args.device,
-                   "--threads", str(self.args.threads), "--extra", extra.strip(), "--out", str(self.root / split)]
-            if spec.get("test_size"):
-                cmd += ["--test-size", str(spec["test_size"])]
-            subprocess.run(cmd, cwd=REPO, stdout=subprocess.DEVNULL, check=False)
+            if policies:
+                cmd = self.policy_quality(split, policies, "--report-only")
+                subprocess.run(cmd, cwd=REPO, stdout=subprocess.DEVNULL, check=False)
 
     def pack(self, dest: Path) -> None:
         """The campaign's files, checkpoints and run folders left out, as one archive of repository paths."""

@@ -17,6 +17,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -33,7 +34,7 @@ DELTAS = (-4.0, -2.0, -1.0, 0.0, 1.0, 2.0, 4.0)
 def response(search_dir: Path, images: int, batch_size: int, data_dir: str | None) -> dict:
     """The probe's table for the checkpoint in ``search_dir`` (see the module docstring)."""
     state = torch.load(search_dir / loop.CHECKPOINT_FILE, weights_only=False, map_location="cpu")
-    fields = {k: v for k, v in state["config"].items() if k in {f.name for f in loop.dataclasses.fields(loop.SearchConfig)}}
+    fields = {k: v for k, v in state["config"].items() if k in {f.name for f in dataclasses.fields(loop.SearchConfig)}}
     if data_dir is not None:
         fields["data_dir"] = data_dir
     fields["device"] = "cpu"

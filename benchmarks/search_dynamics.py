@@ -84,7 +84,7 @@ def summary(folder: Path, epochs: int | None = None) -> dict:
             "pooled_over_2": sum(abs(t) > 2 for t in pooled) / len(pooled),
             "rms_from_start": last["lambda_rms_from_start"], "mean_prob": last["mean_prob"],
             "max_prob": last["max_prob"], "mean_mag_fraction": last["mean_mag_fraction"],
-            "train_loss": last["train_loss"], "epoch_seconds": statistics.median(r["epoch_seconds"] for r in rows)}
+            "train_loss": last["train_loss"]}
 
 
 def table(rows: list[dict]) -> str:

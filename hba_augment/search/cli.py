@@ -65,9 +65,12 @@ def _count_probs(text: str) -> tuple[float, ...]:
         except (ValueError, ZeroDivisionError):
             raise argparse.ArgumentTypeError(f"expected comma-separated probabilities such as 0.2,0.3,0.5, "
                                              f"got {text!r}") from None
-    if any(not 0.0 <= v <= 1.0 for v in values) or abs(sum(values) - 1.0) > 1e-6:
-        raise argparse.ArgumentTypeError(f"expected probabilities in [0, 1] summing to 1, got {text!r}")
-    return tuple(values)
+    from hba_augment._space import check_count_probs  # the package's one check (torch-free)
+
+    try:
+        return check_count_probs(values)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected probabilities in [0, 1] summing to 1, got {text!r} ({e})") from None
 
 
 def _preset_table() -> str:

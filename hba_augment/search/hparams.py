@@ -3,11 +3,11 @@
 Layout of ``lambda`` (logit space, one real per entry):
 
 * ``[0, 30)``: probabilities, copy 0 ops ``0..14`` then copy 1 ops ``0..14``;
-* ``[30, 54)``: magnitudes, copy 0 for the 12 ops of :data:`~hba_augment.functional._table.MAGNITUDE_OPS`
+* ``[30, 54)``: magnitudes, copy 0 for the 12 ops of :data:`~hba_augment.functional.MAGNITUDE_OPS`
   in canonical order, then copy 1.
 
 A value is ``lo + (hi - lo) * sigmoid(lambda)`` (probabilities: ``lo = 0``, ``hi = 1``). Everything is read
-from :data:`~hba_augment.functional._table.OPS`; no op is listed here.
+from :data:`~hba_augment.functional.OPS`; no op is listed here.
 """
 
 from __future__ import annotations

@@ -74,7 +74,13 @@ from hba_augment.models import create_model
 from hba_augment.schedule import Schedule
 from hba_augment.search._hyperize import STRATEGIES, HyperModel, hyperize
 from hba_augment.search._presets import DEFAULT_PRESET, PRESETS
-from hba_augment.search.hparams import NUM_HPARAMS, NUM_PROB_HPARAMS, hparams_to_policy, init_hparams
+from hba_augment.search.hparams import (
+    NUM_HPARAMS,
+    NUM_PROB_HPARAMS,
+    _magnitude_index,
+    hparams_to_policy,
+    init_hparams,
+)
 from hba_augment.search.hyper_input import HYPER_INPUTS, applied_input, expected_applied_input
 from hba_augment.search.priors import parse_init, prior_policy
 
@@ -302,8 +308,6 @@ class SearchConfig:
             if self.hyper_input != "hparams" or self.val_bn != "batch":
                 raise ValueError("objective 'teacher' has no validation steps: hyper_input must be 'hparams' and "
                                  "val_bn 'batch'")
-        if self.count_probs is None:
-            raise ValueError("count_probs must be a sequence of probabilities, got None")
         if self.hyper_input not in HYPER_INPUTS:
             raise ValueError(f"hyper_input must be one of {list(HYPER_INPUTS)}, got {self.hyper_input!r}")
         if self.image_size is not None and (isinstance(self.image_size, bool) or not isinstance(
@@ -590,7 +594,9 @@ class _Search:
         """
         a = applied.reshape(applied.shape[0], -1).to(weights.dtype)  # (n, 30), in lambda's probability order
         prob_part = weights @ (a - a.mean(0)) / global_size
-        used = applied[:, :, list(MAGNITUDE_OPS)].reshape(applied.shape[0], -1).to(weights.dtype)  # (n, 24)
+        # A cached device index: a Python list would be copied to the device on every step.
+        used = applied.index_select(2, _magnitude_index(applied.device)).reshape(applied.shape[0], -1)
+        used = used.to(weights.dtype)  # (n, 24)
         mag_part = weights @ (used * eps[:, NUM_PROB_HPARAMS:]) / (global_size * self.config.sigma)
         return torch.cat([prob_part, mag_part])
 
