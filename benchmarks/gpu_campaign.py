@@ -44,6 +44,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from policy_quality import _slug  # the record names are the benchmark's own
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 TORCHVISION_POLICIES = ("none", "baseline", "cutout", "autoaugment", "randaugment", "trivialaugment")
@@ -110,6 +113,13 @@ class Campaign:
     def ready(self, policy: str) -> bool:
         _, path = self.schedule_of(policy)
         return path is None or path.exists()
+
+    def runs_left(self, split: str, policies: list[str]) -> int:
+        """Runs of ``policies`` on ``split`` without a record yet: the slots worth giving them (a record made
+        under other settings still counts as done here; ``policy_quality.py`` decides reuse exactly)."""
+        records = self.root / split / "results"
+        return sum(not (records / f"{_slug(self.schedule_of(p)[0])}-seed{seed}.json").exists()
+                   for p in policies for seed in self.plan["evals"][split]["seeds"])
 
     def left(self) -> float:
         return self.args.budget - (time.monotonic() - self.start)
@@ -206,7 +216,7 @@ class Campaign:
                 ready = [p for p in policies if self.ready(p)]
                 free = self.args.max_procs - self.running()
                 if ready and free > 0 and self.left() > self.args.min_eval_seconds:
-                    jobs = min(free, len(ready) * len(self.plan["evals"][split]["seeds"]))
+                    jobs = min(free, self.runs_left(split, ready))
                     self.start_evals(split, ready, jobs)
                     pending[split] = [p for p in policies if p not in ready]
 

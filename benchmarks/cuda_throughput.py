@@ -1,0 +1,156 @@
+"""HBAPolicy on CUDA batches at issue 21's sizes: eager, and one CUDA-graph replay per call.
+
+For each image size and batch size: the stress schedule of ``throughput.py`` (every slot at probability 0.5,
+mid-range magnitude) applied to a uint8 and a float32 batch of lossless CIFAR-10 training images (bilinearly
+upsampled for 224x224; tiled past the 10,000 of ``data_batch_1``), each image drawing its own ops. Rows:
+
+- ``eager``: ``HBAPolicy(batch, generator=...)``, the user's call;
+- ``graph``: the same batched call captured once in a ``torch.cuda.CUDAGraph`` and replayed (the launch cost
+  gone; torch's default CUDA generator, which graphs support);
+- ``kornia``: ``kornia.augmentation.auto.AutoAugment`` on the float batch, when kornia is importable.
+
+Per call: median wall time over ``--repeats`` timed calls (a ``torch.cuda.synchronize`` closes each), the
+CPU time the host spent in it, and images per second. Run on the lent GPU (``benchmarks/campaigns/README.md``)::
+
+    HBA_DATA_DIR=.device/data python3 benchmarks/cuda_throughput.py --out $OUT/cuda_throughput
+
+writes ``OUT.json`` and ``OUT.md`` (device, torch, command, date, commit when git is there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from throughput import benchmark_schedule, default_data_dir, load_images  # shared data and schedule
+
+from hba_augment import HBAPolicy
+from hba_augment.functional import augment
+
+# Issue 21's grid: 32x32 at five batch sizes, 224x224 at two.
+DEFAULT_GRID = "32:256,1024,4096,16384,65536;224:256,1024"
+
+
+def _grid(text: str) -> list[tuple[int, list[int]]]:
+    out = []
+    for part in text.split(";"):
+        size, _, batches = part.partition(":")
+        out.append((int(size), [int(b) for b in batches.split(",")]))
+    return out
+
+
+def _time(fn: Callable[[], object], repeats: int, warmup: int = 3) -> dict[str, float]:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    walls, cpus = [], []
+    for _ in range(repeats):
+        wall, cpu = time.perf_counter(), time.process_time()
+        fn()
+        torch.cuda.synchronize()
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+    return {"wall_ms": 1e3 * statistics.median(walls), "cpu_ms": 1e3 * statistics.median(cpus)}
+
+
+def _graphed(images: torch.Tensor, prob: torch.Tensor, mag: torch.Tensor) -> Callable[[], object]:
+    """One batched ``augment`` call captured in a CUDA graph (warm-up on a side stream, as torch asks)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            augment(images, prob, mag, check_policy=False)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        augment(images, prob, mag, check_policy=False)
+    return graph.replay
+
+
+def run(grid: list[tuple[int, list[int]]], repeats: int, data_dir: Path) -> list[dict[str, object]]:
+    device = torch.device("cuda")
+    schedule = benchmark_schedule()
+    policy = HBAPolicy(schedule)
+    prob, mag = (torch.as_tensor(t, dtype=torch.float32, device=device) for t in schedule.at(0))
+    try:
+        from kornia.augmentation.auto import AutoAugment as KorniaAutoAugment
+        kornia_aa = KorniaAutoAugment().to(device)
+    except ImportError:
+        kornia_aa = None
+    rows = []
+    for size, batches in grid:
+        base = load_images(data_dir, min(10_000, max(batches)), size).to(device)
+        for b in batches:
+            reps = -(-b // len(base))
+            uint8 = base.repeat(reps, 1, 1, 1)[:b].contiguous()
+            floats = uint8.float().div_(255)
+            generator = torch.Generator(device).manual_seed(0)
+            cases = {
+                ("uint8", "eager"): lambda x=uint8, g=generator: policy(x, generator=g),
+                ("float32", "eager"): lambda x=floats, g=generator: policy(x, generator=g),
+                ("uint8", "graph"): _graphed(uint8, prob, mag),
+                ("float32", "graph"): _graphed(floats, prob, mag),
+            }
+            if kornia_aa is not None:
+                cases[("float32", "kornia")] = lambda x=floats: kornia_aa(x)
+            for (dtype, mode), fn in cases.items():
+                t = _time(fn, repeats)
+                rows.append({"size": size, "batch": b, "dtype": dtype, "mode": mode, **t,
+                             "images_per_s": b / (t["wall_ms"] / 1e3)})
+                print(f"{size}x{size} B={b:>6} {dtype:>7} {mode:>6}: {t['wall_ms']:8.2f} ms "
+                      f"(cpu {t['cpu_ms']:6.2f} ms) {rows[-1]['images_per_s']:>12,.0f} img/s", flush=True)
+            del uint8, floats, cases
+            torch.cuda.empty_cache()
+    return rows
+
+
+def _markdown(meta: dict[str, object], rows: list[dict[str, object]]) -> str:
+    lines = [f"# HBAPolicy on CUDA batches ({meta['device']})", "",
+             f"- Command: `{meta['command']}`", f"- Date: {meta['date']}; commit: {meta['commit']}",
+             f"- torch {meta['torch']}; stress schedule: every slot p=0.5, mid-range magnitude", "",
+             "| size | B | dtype | mode | ms per call | host CPU ms | images/s |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['size']} | {r['batch']:,} | {r['dtype']} | {r['mode']} | {r['wall_ms']:.2f} | "
+                     f"{r['cpu_ms']:.2f} | {r['images_per_s']:,.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--grid", default=DEFAULT_GRID, help=f"SIZE:B,B;SIZE:B (default {DEFAULT_GRID!r})")
+    p.add_argument("--repeats", type=int, default=20, help="timed calls per row (default 20)")
+    p.add_argument("--data-dir", type=Path, default=default_data_dir())
+    p.add_argument("--out", type=Path, default=None, help="write OUT.json and OUT.md")
+    p.add_argument("--commit", default=None, help="the commit to record where git is absent (the lent GPU)")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        p.error("no CUDA device: this benchmark measures the GPU path")
+    rows = run(_grid(args.grid), args.repeats, args.data_dir)
+    commit = args.commit
+    try:
+        commit = commit or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown (no git on this machine)"
+    meta = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+            "command": " ".join(["python3", *sys.argv]), "commit": commit,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.with_suffix(".json").write_text(json.dumps({**meta, "rows": rows}, indent=2) + "\n")
+        args.out.with_suffix(".md").write_text(_markdown(meta, rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
