@@ -217,7 +217,8 @@ class Campaign:
                 free = self.args.max_procs - self.running()
                 if ready and free > 0 and self.left() > self.args.min_eval_seconds:
                     jobs = min(free, self.runs_left(split, ready))
-                    self.start_evals(split, ready, jobs)
+                    if jobs:  # none left: no process (its table is rebuilt by report() anyway)
+                        self.start_evals(split, ready, jobs)
                     pending[split] = [p for p in policies if p not in ready]
 
         # A search that finishes starts its evaluations here; the loop ends when nothing runs or time is up.
