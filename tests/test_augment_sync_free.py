@@ -44,6 +44,10 @@ class _Recorder(TorchDispatchMode):
         self.ops.append(name)
         if name in HOST_SYNC_OPS:
             self.syncs.append(str(func))
+        elif name == "lift_fresh":
+            # A tensor made from host data (torch.tensor(list), indexing with a list): on an accelerator a
+            # host-to-device copy, which waits for the host and which a CUDA graph cannot capture.
+            self.syncs.append(f"{func}: host data copied in")
         elif name == "index" and any(
             isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] if len(args) > 1 else ())
         ):
@@ -122,6 +126,19 @@ def test_per_image_policies_are_sync_free_too(cifar_images, monkeypatch, sync_fr
     prob, mag = _policy(0.5, 0.5, 0)
     prob, mag = prob.expand(b, -1, -1).contiguous(), mag.expand(b, -1, -1).contiguous()
     recorder = _record(cifar_images[:b], prob, mag, 0, monkeypatch, sync_free)
+    assert recorder.syncs == []
+
+
+@pytest.mark.parametrize("per_image", [False, True], ids=["shared", "per-image"])
+def test_unchecked_policies_copy_nothing_in(per_image, cifar_images, monkeypatch, sync_free):
+    """Unchecked policies are not remembered, so each call rebuilds the shared policy's warp maps and
+    tables: they too must come from device-side indices (a CUDA graph captured this call on the H100 and
+    failed on a list index before)."""
+    b = 8
+    prob, mag = _policy(0.5, 0.5, 1)
+    if per_image:
+        prob, mag = prob.expand(b, -1, -1).contiguous(), mag.expand(b, -1, -1).contiguous()
+    recorder = _record(cifar_images[:b], prob, mag, 0, monkeypatch, sync_free, check_policy=False)
     assert recorder.syncs == []
 
 
@@ -237,7 +254,8 @@ def test_cuda_batch_never_synchronises(dtype, interpolation, cifar_images):
 @cuda
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
-def test_cuda_graph_replay_equals_eager(dtype, cifar_images):
+@pytest.mark.parametrize("check_policy", [True, False])
+def test_cuda_graph_replay_equals_eager(dtype, check_policy, cifar_images):
     device = torch.device("cuda")
     images = cifar_images.to(device)
     images = images if dtype == torch.uint8 else images.float() / 255
@@ -247,16 +265,17 @@ def test_cuda_graph_replay_equals_eager(dtype, cifar_images):
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for _ in range(2):
-            augment(images, prob, mag)
+            augment(images, prob, mag, check_policy=check_policy)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        captured = augment(images, prob, mag)  # torch's default CUDA generator: graph-safe
+        # torch's default CUDA generator: graph-safe. Unchecked, the policy's tables are built inside.
+        captured = augment(images, prob, mag, check_policy=check_policy)
     for seed in (0, 1):
         torch.cuda.manual_seed(seed)
         graph.replay()
         torch.cuda.manual_seed(seed)
-        eager = augment(images, prob, mag)
+        eager = augment(images, prob, mag, check_policy=check_policy)
         assert torch.equal(captured, eager), f"seed {seed}: replay differs from eager"
     assert not torch.equal(captured, images)
 

@@ -207,10 +207,24 @@ def _warp_maps(policy: _Policy, h: int, w: int, ctx: KernelContext) -> Tensor | 
     return maps
 
 
+@functools.lru_cache(maxsize=8)
+def _entry_indices(device: torch.device) -> tuple[Tensor, tuple[Tensor | None, ...], Tensor]:
+    """Per-device index tensors of a shared policy's magnitude table: ``_WARP_ENTRIES`` ``(20,)``; per op,
+    its entries if it has a fixed table (else ``None``); and whether each entry's op has a fixed table,
+    ``(60,)``. Indexing with them, not with Python lists, keeps host-to-device copies out of a call (a CUDA
+    graph cannot capture one, and each would wait for the host)."""
+    per_op = tuple(
+        torch.tensor([f for f in range(_TABLE) if _op_of(f) == op], device=device) if spec.fixed_table else None
+        for op, spec in enumerate(OPS)
+    )
+    fixed = torch.tensor([OPS[_op_of(f)].fixed_table for f in range(_TABLE)], device=device)
+    return torch.tensor(_WARP_ENTRIES, device=device), per_op, fixed
+
+
 def _warp_matrices(policy: _Policy, h: int, w: int) -> Tensor:
     """PIL's AFFINE data of every geometric table entry of a shared policy (rows in ``_WARP_ENTRIES``
     order), ``(20, 2, 3)``: the matrices of :func:`_warp_maps`, which the PIL path hands to PIL."""
-    entries = policy.table[0, list(_WARP_ENTRIES)]
+    entries = policy.table[0].index_select(0, _entry_indices(policy.table.device)[0])
     per_op = entries.view(len(_GEOMETRIC), -1)  # _WARP_ENTRIES is grouped by op
     return torch.cat([OPS[op].matrix(m, h, w) for op, m in zip(_GEOMETRIC, per_op, strict=True)])
 
@@ -225,13 +239,12 @@ def _fixed_tables(policy: _Policy) -> Tensor | None:
         device = policy.table.device
         ctx = KernelContext(quantize=True, fill=None, mode="nearest", generator=None)
         tables = torch.zeros(_TABLE, 1, 1, 256, device=device)
-        for op, spec in enumerate(OPS):
-            if spec.fixed_table:
-                entries = [f for f in range(_TABLE) if _op_of(f) == op]
+        for spec, entries in zip(OPS, _entry_indices(device)[1], strict=True):
+            if entries is not None:
                 # Any images of the right batch size and device: fixed tables read nothing else.
                 stand_in = torch.empty(len(entries), 1, 0, 0, dtype=torch.uint8, device=device)
-                magnitude = policy.table[0, entries] if spec.has_magnitude else None
-                tables[entries] = spec.table(stand_in, magnitude, ctx)
+                magnitude = policy.table[0].index_select(0, entries) if spec.has_magnitude else None
+                tables.index_copy_(0, entries, spec.table(stand_in, magnitude, ctx).to(tables.dtype))
         policy.tables = tables.to(torch.uint8)
     return policy.tables
 
@@ -256,7 +269,7 @@ def _static_tables(policy: _Policy) -> Tensor | None:
         return None
     if policy.static_tables is None:
         identity = identity_table(1, tables.device).to(torch.uint8)
-        fixed = torch.tensor([OPS[_op_of(f)].fixed_table for f in range(_TABLE)], device=tables.device)
+        fixed = _entry_indices(tables.device)[2]
         rows = torch.where(fixed.view(-1, 1, 1, 1), tables, identity)
         policy.static_tables = torch.cat([rows, identity])
     return policy.static_tables
