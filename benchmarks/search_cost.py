@@ -82,11 +82,6 @@ PROTOCOL = {"name": "reduced CIFAR-10", "train_images": 4000, "batch_size": 128}
 TARGET_RATIO = 1.5
 PAPER_RATIO = 1.6
 _TOP_ROWS = 15
-_LOAD_NOTE = (
-    "The machine is shared: two background HBA searches (one thread each) and other agents' jobs run at "
-    "the same time, so wall times include waiting for a core; process CPU time is the steadier measure of "
-    "the work itself."
-)
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -468,7 +463,7 @@ def render_markdown(result: dict[str, Any]) -> str:
     load = result.get("load")
     if load:
         lines.append(f"- Load average (1 / 5 / 15 min) before: {' / '.join(f'{v:.2f}' for v in load['before'])}; "
-                     f"after: {' / '.join(f'{v:.2f}' for v in load['after'])}. {load['note']}")
+                     f"after: {' / '.join(f'{v:.2f}' for v in load['after'])}." + (f" {load['note']}" if load.get('note') else ""))
     lines += [
         f"- {st['model']}, batch {st['batch_size']}, device {st['device']}, {st['torch_threads']} torch thread(s); "
         f"{st['warmup']} warm-up + {st['steps']} timed training steps per method, the methods taking turns every "
@@ -552,6 +547,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder holding cifar-10-batches-py/ (default ../shared/data beside the repository)")
     parser.add_argument("--policy-prob", type=_probability, default=0.5,
                         help="probability of every slot in the plain+policy row's constant schedule (default 0.5)")
+    parser.add_argument("--note", default="",
+                        help="a sentence on the machine's state for the report (e.g. what else ran beside it)")
     parser.add_argument("--profile", action="store_true", help="also profile one search iteration and plain steps")
     parser.add_argument("--out", default=str(DEFAULT_OUT),
                         help="output path without suffix: writes OUT.json and OUT.md (default benchmarks/results/search_cost)")
@@ -567,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
                            warmup=args.warmup, device=args.device, policy_prob=args.policy_prob,
                            profile=args.profile, log=lambda m: print(m, file=sys.stderr, flush=True))
     result = {"header": header, "load": {"before": list(load_before), "after": list(os.getloadavg()),
-                                         "note": _LOAD_NOTE}, **result}
+                                         "note": args.note}, **result}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     markdown = render_markdown(result)
