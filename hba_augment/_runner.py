@@ -3,8 +3,9 @@
 helpers, config checks, the output folder, resume, the epoch loop with progress bar, metrics and atomic
 checkpoints.
 
-A *worker* (``search.loop._Search``, ``train.trainer._Trainer``) is an :class:`EpochWorker`; the
-progress bar reaches it through an explicit ``set_tick`` callback of :func:`run_epochs`.
+A *worker* (``search.loop._Search``, ``train.trainer._Trainer``, both :class:`WorkerBase`) is a
+:class:`DrivenWorker`; :func:`drive` runs either command's skeleton around it, and the progress bar
+reaches it through an explicit ``set_tick`` callback of :func:`run_epochs`.
 
 Under ``torchrun`` (:mod:`hba_augment._distributed`) every rank runs the same driver: rank 0 alone
 creates the folder, logs and writes files; a checkpoint to resume from is read by rank 0 and sent to
@@ -24,11 +25,11 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from hba_augment import _distributed
 from hba_augment._baselines import BASELINES
@@ -38,8 +39,10 @@ from hba_augment._io import atomic_open
 __all__ = [
     "BASELINES",
     "LR_SCHEDULES",
+    "DrivenWorker",
     "EpochWorker",
     "Standardisation",
+    "WorkerBase",
     "baseline_augment",
     "check_checkpoint",
     "check_device",
@@ -49,6 +52,7 @@ __all__ = [
     "checkpoint_state",
     "config_to_dict",
     "describe_device",
+    "drive",
     "fingerprint",
     "lr_at",
     "open_run",
@@ -456,12 +460,85 @@ class EpochWorker(Protocol):
         ...
 
 
-def _check_worker(worker: Any) -> EpochWorker:
-    if not isinstance(worker, EpochWorker):
-        missing = [name for name in ("epoch", "wall_seconds", "run_epoch", "save_checkpoint", "load_state_dict")
-                   if not hasattr(worker, name)]
-        raise TypeError(f"the run driver needs an EpochWorker; {type(worker).__name__} lacks {missing}")
+@runtime_checkable
+class DrivenWorker(EpochWorker, Protocol):
+    """What :func:`drive` runs: an :class:`EpochWorker` with its records and progress callback.
+
+    Attributes:
+        records: the per-epoch records (:func:`run_epochs` appends to them; the checkpoint keeps them).
+        ticks_per_epoch: how many times an epoch calls the callback given to ``set_tick``.
+        data_source: where the data came from, for the result (set by :func:`drive`).
+    """
+
+    records: list[dict[str, Any]]
+    ticks_per_epoch: int
+    data_source: str
+
+    def set_tick(self, tick: Tick | None) -> None: ...
+
+    def close(self) -> None: ...
+
+
+# The members each contract needs, in the order a refusal names the missing ones.
+_MEMBERS = {EpochWorker: ("epoch", "wall_seconds", "run_epoch", "save_checkpoint", "load_state_dict")}
+_MEMBERS[DrivenWorker] = (*_MEMBERS[EpochWorker], "records", "ticks_per_epoch", "data_source", "set_tick", "close")
+
+
+def _check_worker(worker: Any, contract: type = EpochWorker) -> Any:
+    if not isinstance(worker, contract):
+        missing = [name for name in _MEMBERS[contract] if not hasattr(worker, name)]
+        article = "an" if contract.__name__[0] in "AEIOU" else "a"
+        raise TypeError(f"the run driver needs {article} {contract.__name__}; {type(worker).__name__} lacks {missing}")
     return worker
+
+
+class WorkerBase:
+    """The set-up the search's and the trainer's workers share: settings, process group, device, the
+    counters and records every checkpoint keeps (:func:`checkpoint_state`, :func:`restore_counters`). A subclass
+    adds the rest of a :class:`DrivenWorker`: ``ticks_per_epoch``, ``set_tick``, ``run_epoch``, ``state_dict``
+    and ``load_state_dict``."""
+
+    data_source: str = ""
+
+    def __init__(self, config: Any, log: Callable[[str], None],
+                 dist_context: _distributed.DistContext | None = None) -> None:
+        self.config = config
+        self.log = log
+        self.dist = _distributed.current() if dist_context is None else dist_context
+        self.device = torch.device(config.device)
+        self.epoch = 0  # completed epochs
+        self.step = 0  # completed training steps
+        self.wall_seconds = 0.0
+        self.sessions = 1
+        self.records: list[dict[str, Any]] = []  # one per epoch
+
+    def _describe_data(self, train: Any, held_out: Any) -> None:
+        """The class count, both splits' fingerprint and the training split's standardisation."""
+        self.num_classes = len(train.classes)
+        self.fingerprint = fingerprint(train.images, train.labels, held_out.images, held_out.labels)
+        self.normalise = standardisation(train.images, self.device)
+        self.mean, self.std = self.normalise.mean, self.normalise.std
+
+    def _trainable(self, model: nn.Module) -> tuple[nn.Module, torch.optim.SGD]:
+        """The module that trains ``model`` (in DDP with several processes, compiled if ``config.compile``) and
+        ``model``'s SGD optimiser; ``model`` stays the plain network (checkpoints, evaluation)."""
+        cfg, dev = self.config, self.device
+        net = model
+        if self.dist.distributed:
+            net = nn.parallel.DistributedDataParallel(model, device_ids=[dev] if dev.type == "cuda" else None)
+        if cfg.compile:
+            net = torch.compile(net)
+        return net, torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov,
+                                    weight_decay=cfg.wd)
+
+    def state_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def save_checkpoint(self, path: Path) -> None:
+        save_checkpoint(self.state_dict(), path)  # every rank builds it (a collective), rank 0 writes
+
+    def close(self) -> None:
+        """Release what the run holds besides memory (the trainer's DataLoader workers)."""
 
 
 def start_session(
@@ -553,3 +630,66 @@ def run_epochs(
     finally:
         set_tick(None)  # the bar is closed: a later run_epoch (a test, a benchmark) must not update it
         bar.close()
+
+
+W = TypeVar("W", bound=DrivenWorker)
+
+
+def drive(
+    config: Any,
+    out_dir: str | os.PathLike[str],
+    build: Callable[[Any, Any, Callable[[str], None]], W],
+    *,
+    what: str,
+    file_names: Mapping[str, str],
+    guarded: Sequence[str],
+    records_file: str,
+    load: Callable[[], tuple[Any, Any, str]],
+    introduce: Callable[[W], str],
+    report: Callable[[dict[str, Any], float], tuple[str, dict[str, str]]],
+    seconds_key: str,
+    desc: str,
+    unit: str,
+    resume: bool,
+    command: str | None,
+    progress: bool | None,
+    log: Callable[[str], None] | None,
+    on_epoch_end: Callable[[dict[str, Any]], None] | None,
+    notes: Sequence[str] = (),
+) -> tuple[W, Path, dict[str, Path], str, Callable[[str], None]]:
+    """A command's run up to its result, the search's and the trainer's one skeleton: validate ``config``,
+    open the folder (:func:`open_run`), load the data, build the worker, resume (:func:`start_session`)
+    and run the epochs (:func:`run_epochs`).
+
+    Args:
+        build: ``(train, held_out, log) -> worker``, refused unless a :class:`DrivenWorker`.
+        file_names: as in :func:`open_run`; ``"checkpoint"`` and ``records_file`` are keys of it.
+        load: ``() -> (train, held_out, data source)``, called once the folder is accepted.
+        introduce: the worker's line logged before the first epoch.
+        notes: lines logged as soon as the folder is accepted (warnings).
+
+    The other arguments are :func:`open_run`'s and :func:`run_epochs`'s.
+
+    Returns:
+        ``(worker, folder, {key: path}, command, log)`` after the last epoch, the worker closed.
+    """
+    config.validate()
+    session_start = time.perf_counter()
+    out, files, command, log = open_run(out_dir, file_names, guarded, device=config.device, resume=resume,
+                                        command=command, log=log, what=what)
+    for line in notes:
+        log(line)
+    train, held_out, source = load()
+    worker: W = _check_worker(build(train, held_out, log), DrivenWorker)
+    worker.data_source = source
+    start_session(worker, files["checkpoint"], resume=resume, epochs=config.epochs, session_start=session_start,
+                  log=log, what=what)
+    log(introduce(worker))
+    try:
+        run_epochs(worker, epochs=config.epochs, records=worker.records, checkpoint=files["checkpoint"],
+                   records_file=files[records_file], seconds_key=seconds_key, ticks_per_epoch=worker.ticks_per_epoch,
+                   set_tick=worker.set_tick, desc=desc, unit=unit, report=report, progress=progress, log=log,
+                   on_epoch_end=on_epoch_end)
+    finally:
+        worker.close()
+    return worker, out, files, command, log

@@ -403,40 +403,30 @@ def hypergradient_consistency(moments: Tensor, steps: int) -> tuple[float, float
 
 
 # --------------------------------------------------------------------------------------------- search
-class _Search:
+class _Search(_runner.WorkerBase):
     """State and steps of one search (kept in one object so that checkpointing is one place)."""
 
-    #: Where the images came from, for the provenance; set by :func:`run_search`.
-    data_source: str = ""
+    config: SearchConfig
 
     def __init__(self, config: SearchConfig, train: Any, val: Any, log: Callable[[str], None],
                  dist_context: _distributed.DistContext | None = None) -> None:
-        self.config = config
-        self.log = log
-        self.dist = _distributed.current() if dist_context is None else dist_context
-        self.device = torch.device(config.device)
+        super().__init__(config, log, dist_context)
         self._place_data(train, val)
         self._plan_batches()
         self._build_model()
         self._build_streams()
-        self.epoch = 0  # completed epochs
-        self.step = 0  # completed training steps
         self.prob_history: list[Tensor] = []
         self.mag_history: list[Tensor] = []
-        self.metrics: list[dict[str, Any]] = []
         # This epoch's sums of the hyperparameter gradients and their squares, kept on the device (no sync) in
         # float64: the variance is a difference of two sums over up to thousands of steps (MPS has no float64).
         self.hgrad_moments = torch.zeros(2, NUM_HPARAMS, device=self.device,
                                          dtype=torch.float32 if self.device.type == "mps" else torch.float64)
         self.hgrad_steps = 0
-        self.wall_seconds = 0.0
-        self.sessions = 1
 
     # -- set-up -----------------------------------------------------------------------------------
     def _place_data(self, train: Any, val: Any) -> None:
         """Check the images, move them to the device and compute the standardisation."""
         dev = self.device
-        self.num_classes = len(train.classes)
         self.train_x = train.images.to(dev)
         self.train_y = train.labels.to(dev)
         self.val_x = val.images.to(dev)
@@ -446,10 +436,7 @@ class _Search:
         self.n_train, self.n_val = len(self.train_y), len(self.val_y)
         if self.n_train < 2 or self.n_val < 2:
             raise ValueError(f"need at least 2 training and 2 validation images, got {self.n_train} and {self.n_val}")
-        self.fingerprint = _runner.fingerprint(train.images, train.labels, val.images, val.labels)
-        # Standardisation statistics of the (reduced) training split.
-        self.normalise = _runner.standardisation(train.images, dev)
-        self.mean, self.std = self.normalise.mean, self.normalise.std
+        self._describe_data(train, val)  # standardised as the (reduced) training split
 
     def _plan_batches(self) -> None:
         cfg, world = self.config, self.dist.world_size
@@ -464,6 +451,7 @@ class _Search:
             # A trailing batch that would leave a rank fewer than 2 images is dropped.
             self.steps_per_epoch -= 1
         self.outer_per_epoch = math.ceil(self.steps_per_epoch / cfg.t_train)
+        self.ticks_per_epoch = self.outer_per_epoch  # the progress bar counts iterations
 
     def _build_model(self) -> None:
         """The hypernetwork, lambda and their optimisers (the same initial values on every rank)."""
@@ -487,16 +475,10 @@ class _Search:
         self.teacher: HyperModel | None = None
         if cfg.objective == "teacher":
             self.teacher = copy.deepcopy(self.hm).requires_grad_(False)
-        self.opt = torch.optim.SGD(self.hm.parameters(), lr=cfg.lr, momentum=cfg.momentum,
-                                   nesterov=cfg.nesterov, weight_decay=cfg.wd)
         self.hopt = torch.optim.Adam([self.hparams], lr=cfg.hparam_lr)
         # DDP all-reduces the weights' gradients of the training steps; lambda's (validation steps) are
         # all-reduced by hand. self.hm stays the plain network (validation steps, checkpoints).
-        self.net: nn.Module = self.hm
-        if self.dist.distributed:
-            self.net = nn.parallel.DistributedDataParallel(self.hm, device_ids=[dev] if dev.type == "cuda" else None)
-        if cfg.compile:
-            self.net = torch.compile(self.net)
+        self.net, self.opt = self._trainable(self.hm)
 
     def _build_streams(self) -> None:
         """The random streams: the data order (and the validation stream) is shared by the ranks; noise
@@ -825,8 +807,8 @@ class _Search:
             "baseline": {"flip": cfg.flip, "crop_padding": cfg.crop_padding, "cutout": cfg.cutout},
             "sessions": self.sessions,
             **({"processes": self.dist.world_size} if self.dist.distributed else {}),
-            "final_val_loss": self.metrics[-1]["val_loss"] if self.metrics else None,
-            "final_val_acc": self.metrics[-1]["val_acc"] if self.metrics else None,
+            "final_val_loss": self.records[-1]["val_loss"] if self.records else None,
+            "final_val_acc": self.records[-1]["val_acc"] if self.records else None,
         }
         provenance = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in provenance.items()}
         return Schedule(torch.stack(self.prob_history), torch.stack(self.mag_history), name=cfg.name,
@@ -848,7 +830,7 @@ class _Search:
             val_stream={"perm": self.val_stream.perm.clone(), "pos": self.val_stream.pos},
             prob_history=[t.clone() for t in self.prob_history],
             mag_history=[t.clone() for t in self.mag_history],
-            metrics=json.loads(json.dumps(self.metrics)),
+            metrics=json.loads(json.dumps(self.records)),
         )
 
     def _generators(self) -> dict[str, torch.Generator]:
@@ -878,10 +860,7 @@ class _Search:
         _runner.restore_counters(self, state)
         self.prob_history = list(state["prob_history"])
         self.mag_history = list(state["mag_history"])
-        self.metrics = list(state["metrics"])
-
-    def save_checkpoint(self, path: Path) -> None:
-        _runner.save_checkpoint(self.state_dict(), path)
+        self.records = list(state["metrics"])
 
 
 def run_search(
@@ -924,37 +903,26 @@ def run_search(
         ValueError: bad settings, data that does not fit, or an incompatible checkpoint.
         SearchDivergedError: a NaN/inf loss or ``lambda``; no schedule is written.
     """
-    config.validate()
-    session_start = time.perf_counter()
-    out, files, command, log = _runner.open_run(
-        out_dir, {"schedule": SCHEDULE_FILE, "metrics": METRICS_FILE, "plot": PLOT_FILE, "checkpoint": CHECKPOINT_FILE},
-        ("schedule", "checkpoint"), device=config.device, resume=resume, command=command, log=log, what="search",
-    )
+    notes: list[str] = []
     if plot:
         from hba_augment.search.plot import missing_plot_dependency
 
         # Checked before any work: a search of hours must not end in an ImportError.
         missing = missing_plot_dependency()
         if missing is not None:
-            log(f"warning: {missing}; {PLOT_FILE} will not be written ({_cli_common.option('plot', False)} silences this)")
+            notes.append(f"warning: {missing}; {PLOT_FILE} will not be written "
+                         f"({_cli_common.option('plot', False)} silences this)")
             plot = False
-    if data is None:
-        train, val, source = _load_data(config)
-    else:
-        train, val = data
-        source = "in-memory data passed to run_search"
-    search = _Search(config, train, val, log)
-    search.data_source = source
-    _runner.start_session(search, files["checkpoint"], resume=resume, epochs=config.epochs, session_start=session_start,
-                  log=log, what="search")
-    # One iteration = t_train SGD steps then t_val hyperparameter steps; the metrics count the SGD steps.
-    log(f"search: {config.model} ({config.strategy}) on {search.n_train} train / {search.n_val} val images, "
-        f"{_runner.plural(config.epochs, 'epoch')} x {_runner.plural(search.steps_per_epoch, 'SGD step')} "
-        + (f"({_runner.plural(search.outer_per_epoch, 'iteration')} of {_runner.plural(config.t_train, 'SGD step')} + "
-           f"{_runner.plural(config.t_val, 'hyperparameter step')})" if config.objective == "hypernetwork" else
-           "(objective teacher: a step of lambda in every SGD step)")
-        + f", device {describe_device(search.device)}"
-        + (f" x {search.dist.world_size} processes (DDP)" if search.dist.distributed else ""))
+
+    def introduce(search: _Search) -> str:
+        # One iteration = t_train SGD steps then t_val hyperparameter steps; the metrics count the SGD steps.
+        return (f"search: {config.model} ({config.strategy}) on {search.n_train} train / {search.n_val} val images, "
+                f"{_runner.plural(config.epochs, 'epoch')} x {_runner.plural(search.steps_per_epoch, 'SGD step')} "
+                + (f"({_runner.plural(search.outer_per_epoch, 'iteration')} of "
+                   f"{_runner.plural(config.t_train, 'SGD step')} + {_runner.plural(config.t_val, 'hyperparameter step')})"
+                   if config.objective == "hypernetwork" else "(objective teacher: a step of lambda in every SGD step)")
+                + f", device {describe_device(search.device)}"
+                + (f" x {search.dist.world_size} processes (DDP)" if search.dist.distributed else ""))
 
     def report(metrics: dict[str, Any], remaining: float) -> tuple[str, dict[str, str]]:
         val = (f" | val loss {metrics['val_loss']:.4f} acc {metrics['val_acc']:.3f}"
@@ -965,15 +933,18 @@ def run_search(
                 f"{metrics['epoch_seconds']:.1f} s/epoch, ETA {remaining / 60:.1f} min")
         return line, {"loss": f"{metrics['train_loss']:.3f}", "val": f"{metrics['val_loss']:.3f}"}
 
-    _runner.run_epochs(search, epochs=config.epochs, records=search.metrics, checkpoint=files["checkpoint"],
-               records_file=files["metrics"], seconds_key="epoch_seconds", ticks_per_epoch=search.outer_per_epoch,
-               set_tick=search.set_tick, desc="search", unit="it", report=report, progress=progress, log=log,
-               on_epoch_end=on_epoch_end)
-
+    search, out, files, command, log = _runner.drive(
+        config, out_dir, lambda train, val, log: _Search(config, train, val, log), what="search",
+        file_names={"schedule": SCHEDULE_FILE, "metrics": METRICS_FILE, "plot": PLOT_FILE, "checkpoint": CHECKPOINT_FILE},
+        guarded=("schedule", "checkpoint"), records_file="metrics",
+        load=(lambda: _load_data(config)) if data is None else (lambda: (*data, "in-memory data passed to run_search")),
+        introduce=introduce, report=report, seconds_key="epoch_seconds", desc="search", unit="it", resume=resume,
+        command=command, progress=progress, log=log, on_epoch_end=on_epoch_end, notes=notes,
+    )
     schedule = search.schedule(command)
     if search.dist.is_main:  # every rank holds the same schedule; one writes it
         schedule.save(files["schedule"])
-        _runner.write_jsonl(files["metrics"], search.metrics)
+        _runner.write_jsonl(files["metrics"], search.records)
         if plot:
             from hba_augment.search.plot import plot_schedule
 
@@ -988,4 +959,4 @@ def run_search(
         files.pop("plot")
     log(f"wrote {files['schedule']} ({_runner.plural(schedule.epochs, 'entry', 'entries')}, "
         f"{search.wall_seconds:.0f} s)")
-    return SearchResult(schedule=schedule, metrics=list(search.metrics), out_dir=out, files=files)
+    return SearchResult(schedule=schedule, metrics=list(search.records), out_dir=out, files=files)

@@ -517,7 +517,7 @@ def evaluate_model(model: nn.Module, images: Tensor, labels: Tensor, normalise: 
 
 
 # ----------------------------------------------------------------------------------------------- train
-class _Trainer:
+class _Trainer(_runner.WorkerBase):
     """State and steps of one training run (one object, so that checkpointing is one place).
 
     Under torchrun every rank holds one: the same data, model and optimiser; each trains on its shard
@@ -526,12 +526,11 @@ class _Trainer:
     epoch (so that the checkpoint and the tested model are one model).
     """
 
+    config: TrainConfig
+
     def __init__(self, config: TrainConfig, train: Any, test: Any, log: Callable[[str], None],
                  dist_context: _distributed.DistContext | None = None) -> None:
-        self.config = config
-        self.log = log
-        self.dist = _distributed.current() if dist_context is None else dist_context
-        self.device = torch.device(config.device)
+        super().__init__(config, log, dist_context)
         self.kind, self.policy_arg = parse_policy(config.policy)
         self.aug = config.augmentation()
         self.per_image = self.kind in _PER_IMAGE
@@ -540,26 +539,18 @@ class _Trainer:
         self._build_model()
         self._build_streams()
         self._build_loader()
-        self.epoch = 0  # completed epochs
-        self.step = 0  # completed training steps
-        self.history: list[dict[str, Any]] = []
-        self.wall_seconds = 0.0
-        self.sessions = 1
         self.on_step: Callable[[], None] | None = None
 
     # -- set-up -----------------------------------------------------------------------------------
     def _place_data(self, train: Any, test: Any) -> None:
         """Check the images, compute the standardisation and move the data to the device."""
         dev = self.device
-        self.num_classes = len(train.classes)
         if train.images.dtype != torch.uint8 or test.images.dtype != torch.uint8:
             raise ValueError("training and test images must be uint8 tensors (N, C, H, W)")
         self.n_train, self.n_test = len(train.labels), len(test.labels)
         if self.n_train < 2 or self.n_test < 1:
             raise ValueError(f"need at least 2 training images and 1 test image, got {self.n_train} and {self.n_test}")
-        self.fingerprint = _runner.fingerprint(train.images, train.labels, test.images, test.labels)
-        self.normalise = _runner.standardisation(train.images, dev)
-        self.mean, self.std = self.normalise.mean, self.normalise.std
+        self._describe_data(train, test)
         self.train_labels = train.labels.to(dev)
         self.test_x, self.test_y = test.images.to(dev), test.labels.to(dev)
         # Per-image (torchvision) policies read the images on the CPU, in DataLoader workers.
@@ -574,7 +565,7 @@ class _Trainer:
         # A trailing batch that would leave a rank one image breaks batch norm after global pooling; it is
         # dropped (with one process: a trailing batch of one image).
         self.batches_per_epoch = self.n_train // b + (1 if self.n_train % b >= 2 * world else 0)
-        self.steps_per_epoch = self.batches_per_epoch
+        self.steps_per_epoch = self.ticks_per_epoch = self.batches_per_epoch  # the progress bar counts steps
 
     def _build_model(self) -> None:
         from hba_augment.models import create_model
@@ -589,15 +580,7 @@ class _Trainer:
         if cfg.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         self.model.train()
-        # The module that trains: DDP averages the gradients over the ranks; self.model stays the plain
-        # network (checkpoints, testing).
-        self.net: nn.Module = self.model
-        if self.dist.distributed:
-            self.net = nn.parallel.DistributedDataParallel(self.model, device_ids=[dev] if dev.type == "cuda" else None)
-        if cfg.compile:
-            self.net = torch.compile(self.net)
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
-                                   nesterov=cfg.nesterov, weight_decay=cfg.wd)
+        self.net, self.opt = self._trainable(self.model)  # self.model stays the plain network (checkpoints, testing)
 
     def _build_streams(self) -> None:
         """The random streams: the data order is shared by the ranks, the draws are each rank's own."""
@@ -760,7 +743,7 @@ class _Trainer:
             self, _CHECKPOINT_FORMAT, _CHECKPOINT_VERSION,
             model=self.model.state_dict(),
             optimizer=self.opt.state_dict(),
-            history=json.loads(json.dumps(self.history)),
+            history=json.loads(json.dumps(self.records)),
             **_runner.rank_rng_state(self.device, self._generators(), self.dist),
         )
 
@@ -778,10 +761,7 @@ class _Trainer:
         self.opt.load_state_dict(state["optimizer"])
         _runner.restore_rank_rng(state, path, "a run", self.device, self._generators(), self.dist)
         _runner.restore_counters(self, state)
-        self.history = list(state["history"])
-
-    def save_checkpoint(self, path: Path) -> None:
-        _runner.save_checkpoint(self.state_dict(), path)  # every rank builds it, rank 0 writes
+        self.records = list(state["history"])
 
     def set_tick(self, tick: _runner.Tick | None) -> None:
         """Call ``tick`` after every training step (the run driver's progress bar); ``None``: nothing."""
@@ -839,27 +819,13 @@ def train_and_evaluate(
         ValueError: bad settings, data that does not fit, or an incompatible checkpoint.
         TrainingDivergedError: a NaN/inf training loss; no result is written.
     """
-    config.validate()
-    session_start = time.perf_counter()
-    out, files, command, log = _runner.open_run(
-        out_dir, {"result": RESULT_FILE, "history": HISTORY_FILE, "checkpoint": CHECKPOINT_FILE},
-        ("result", "checkpoint"), device=config.device, resume=resume, command=command, log=log, what="run",
-    )
-    if data is None:
-        train, test, source = load_data(config)
-    else:
-        train, test = data
-        source = "in-memory data passed to train_and_evaluate"
-    trainer = _Trainer(config, train, test, log)
-    _runner.start_session(trainer, files["checkpoint"], resume=resume, epochs=config.epochs, session_start=session_start,
-                  log=log, what="run")
-    device_text = _runner.describe_device(trainer.device)
-    world = trainer.dist.world_size
-    processes = f" x {world} processes (DDP, {config.batch_size // world}+ images each)" if world > 1 else ""
-    log(f"train: {config.model}, policy {config.policy}, {trainer.n_train} train / {trainer.n_test} "
-        f"{'test' if config.eval_split == 'test' else 'validation'} images, "
-        f"{config.epochs} epochs x {trainer.steps_per_epoch} steps, batch {config.batch_size}, lr {config.lr:g} "
-        f"({config.lr_schedule}), wd {config.wd:g}, device {device_text}{processes}")
+    def introduce(trainer: _Trainer) -> str:
+        world = trainer.dist.world_size
+        processes = f" x {world} processes (DDP, {config.batch_size // world}+ images each)" if world > 1 else ""
+        return (f"train: {config.model}, policy {config.policy}, {trainer.n_train} train / {trainer.n_test} "
+                f"{'test' if config.eval_split == 'test' else 'validation'} images, "
+                f"{config.epochs} epochs x {trainer.steps_per_epoch} steps, batch {config.batch_size}, lr {config.lr:g} "
+                f"({config.lr_schedule}), wd {config.wd:g}, device {_runner.describe_device(trainer.device)}{processes}")
 
     def report(entry: dict[str, Any], remaining: float) -> tuple[str, dict[str, str]]:
         tested = (f" | test loss {entry['test_loss']:.4f} error {entry['test_error']:.2f}%"
@@ -869,15 +835,15 @@ def train_and_evaluate(
                 f"ETA {remaining / 60:.1f} min")
         return line, {"loss": f"{entry['train_loss']:.3f}"}
 
-    try:
-        _runner.run_epochs(trainer, epochs=config.epochs, records=trainer.history, checkpoint=files["checkpoint"],
-                   records_file=files["history"], seconds_key="seconds", ticks_per_epoch=trainer.steps_per_epoch,
-                   set_tick=trainer.set_tick, desc=f"train {config.policy}", unit="step", report=report,
-                   progress=progress, log=log, on_epoch_end=on_epoch_end)
-    finally:
-        trainer.close()
-
-    last = trainer.history[-1]
+    trainer, out, files, command, log = _runner.drive(
+        config, out_dir, lambda train, test, log: _Trainer(config, train, test, log), what="run",
+        file_names={"result": RESULT_FILE, "history": HISTORY_FILE, "checkpoint": CHECKPOINT_FILE},
+        guarded=("result", "checkpoint"), records_file="history",
+        load=(lambda: load_data(config)) if data is None else (lambda: (*data, "in-memory data passed to train_and_evaluate")),
+        introduce=introduce, report=report, seconds_key="seconds", desc=f"train {config.policy}", unit="step",
+        resume=resume, command=command, progress=progress, log=log, on_epoch_end=on_epoch_end,
+    )
+    last = trainer.records[-1]
     if "test_error" not in last:  # a run resumed after its last epoch with an older checkpoint
         last["test_loss"], last["test_error"] = trainer.evaluate()
     summary = {
@@ -890,20 +856,20 @@ def train_and_evaluate(
         "epochs": trainer.epoch,
         "wall_seconds": trainer.wall_seconds,
         "sessions": trainer.sessions,
-        "history": trainer.history,
+        "history": trainer.records,
         "config": {
             **config.to_dict(),
             "augmentation": config.augmentation(),
             "autoaugment_policy": EVAL_PRESETS[config.preset]["autoaugment_policy"]
             if trainer.kind == "autoaugment" else None,
             "num_workers_used": trainer.num_workers,
-            "processes": world,
+            "processes": trainer.dist.world_size,
             "standardisation": {"mean": trainer.mean.tolist(), "std": trainer.std.tolist()},
             **_versions(),
-            "device_description": device_text,
+            "device_description": _runner.describe_device(trainer.device),
             "torch_threads": torch.get_num_threads(),
             "command": command,
-            "data_source": source,
+            "data_source": trainer.data_source,
             "data_fingerprint": trainer.fingerprint,
         },
     }
@@ -916,5 +882,5 @@ def train_and_evaluate(
     _distributed.barrier(trainer.dist)
     log(f"test error {summary['test_error']:.2f}% (loss {summary['test_loss']:.4f}) after {trainer.epoch} epochs; "
         f"wrote {files['result']}")
-    return TrainResult(test_error=summary["test_error"], test_loss=summary["test_loss"], history=trainer.history,
+    return TrainResult(test_error=summary["test_error"], test_loss=summary["test_loss"], history=trainer.records,
                        summary=summary, out_dir=out, files=files)
