@@ -632,20 +632,20 @@ def run_epochs(
         bar.close()
 
 
-W = TypeVar("W", bound=DrivenWorker)
+_W = TypeVar("_W", bound=DrivenWorker)
 
 
 def drive(
     config: Any,
     out_dir: str | os.PathLike[str],
-    build: Callable[[Any, Any, Callable[[str], None]], W],
+    build: Callable[[Any, Any, Callable[[str], None]], _W],
     *,
     what: str,
     file_names: Mapping[str, str],
     guarded: Sequence[str],
     records_file: str,
     load: Callable[[], tuple[Any, Any, str]],
-    introduce: Callable[[W], str],
+    introduce: Callable[[_W], str],
     report: Callable[[dict[str, Any], float], tuple[str, dict[str, str]]],
     seconds_key: str,
     desc: str,
@@ -656,7 +656,7 @@ def drive(
     log: Callable[[str], None] | None,
     on_epoch_end: Callable[[dict[str, Any]], None] | None,
     notes: Sequence[str] = (),
-) -> tuple[W, Path, dict[str, Path], str, Callable[[str], None]]:
+) -> tuple[_W, Path, dict[str, Path], str, Callable[[str], None]]:
     """A command's run up to its result, the search's and the trainer's one skeleton: validate ``config``,
     open the folder (:func:`open_run`), load the data, build the worker, resume (:func:`start_session`)
     and run the epochs (:func:`run_epochs`).
@@ -680,7 +680,7 @@ def drive(
     for line in notes:
         log(line)
     train, held_out, source = load()
-    worker: W = _check_worker(build(train, held_out, log), DrivenWorker)
+    worker: _W = _check_worker(build(train, held_out, log), DrivenWorker)
     worker.data_source = source
     start_session(worker, files["checkpoint"], resume=resume, epochs=config.epochs, session_start=session_start,
                   log=log, what=what)
