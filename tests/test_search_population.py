@@ -229,6 +229,12 @@ def test_command_line_population_search_writes_a_schedule(tmp_path: Path, capsys
     assert all(p != pytest.approx(start_prob) for p in metrics[0]["mean_prob"][1:])
     assert not (out / MEMBERS_FOLDER).exists()  # the members' files are removed at the end
     assert seconds < 30, f"the tiny population search took {seconds:.1f} s"
+    # A finished search resumed is written again as it was, without training.
+    assert main([*args, "--resume"]) == 0
+    assert "resuming" in capsys.readouterr().err
+    again = Schedule.load(out / "schedule.json")
+    np.testing.assert_array_equal(again.prob, schedule.prob)
+    np.testing.assert_array_equal(again.mag, schedule.mag)
 
 
 def test_resume_continues_bit_for_bit(fake_data, tmp_path: Path):

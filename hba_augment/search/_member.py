@@ -210,11 +210,17 @@ class Worker:
         return records
 
 
-def serve(config: Any, train: Any, val: Any, members: list[int], threads: int, tasks: Any, results: Any) -> None:
-    """A worker process's main loop (started with the 'spawn' method): build a :class:`Worker`, then run
+def serve(config: Any, train: tuple[np.ndarray, np.ndarray, list[str]], val: tuple[np.ndarray, np.ndarray, list[str]],
+          members: list[int], threads: int, tasks: Any, results: Any) -> None:
+    """A worker process's main loop (started with the 'spawn' method): build a :class:`Worker` from the
+    images sent as ``(images, labels, classes)`` numpy arrays, then run
     each list of tasks that arrives on ``tasks`` until ``None``; every answer goes to ``results`` as
     ``("ok", records)`` or ``("error", kind, message)``."""
     try:
+        from hba_augment.datasets import ImageData
+
+        # The driver sends the images as numpy arrays (see population._Pool).
+        train, val = (ImageData(torch.from_numpy(x), torch.from_numpy(y), classes) for x, y, classes in (train, val))
         torch.set_num_threads(threads)
         if config.device.startswith("cuda"):
             torch.backends.cudnn.benchmark = True  # fixed shapes, long runs

@@ -196,6 +196,10 @@ class _History:
         )
 
 
+def _plain(data: Any) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    return data.images.numpy(), data.labels.numpy(), list(data.classes)
+
+
 class _Pool:
     """The members' workers: processes (each a :class:`~hba_augment.search._member.Worker`) or one
     in-process worker. Member ``m`` lives in process ``m % procs``."""
@@ -212,6 +216,9 @@ class _Pool:
         self.groups = [list(range(p, n, procs)) for p in range(procs)]
         ctx = torch.multiprocessing.get_context("spawn")
         self.results = ctx.Queue()
+        # The images travel as numpy arrays, pickled through each process's pipe: torch tensors would go
+        # through shared memory, which a container's small /dev/shm (64 MiB by default) may not hold.
+        train, val = _plain(train), _plain(val)
         # The processes share the machine's cores (on a GPU they only feed it).
         threads = max(1, torch.get_num_threads() // procs)
         try:
