@@ -236,10 +236,12 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
                    "(default: 1800)")
     g = p.add_argument_group(
         "population search (--objective population; hba_augment.search.population)",
-        "N networks of --model, each with its own policy, trained with the search's optimiser and schedule for "
-        "--epochs; every E epochs the bottom quarter (by clean validation accuracy) copies the weights and an "
-        "explored policy of a random member of the top quarter (PBA). The schedule is the best final member's "
-        "lineage. It costs N trainings side by side; the hypernetwork and teacher options do not apply.")
+        # Wrapped by hand: the parser's formatter keeps descriptions as written (for the preset table).
+        "N networks of --model, each with its own policy, trained with the search's optimiser and\n"
+        "schedule for --epochs; every E epochs the bottom quarter (by clean validation accuracy) copies\n"
+        "the weights and an explored policy of a random member of the top quarter (PBA). The schedule is\n"
+        "the best final member's lineage. It costs N trainings side by side; the hypernetwork and\n"
+        "teacher options do not apply.")
     g.add_argument("--population", type=_population, metavar="N",
                    help=f"members, at least 2 (default: {_POPULATION})")
     g.add_argument("--exploit-every", type=positive_int, metavar="E",
