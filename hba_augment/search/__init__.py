@@ -5,6 +5,9 @@
   cannot shadow the function of the same name);
 * :mod:`~hba_augment.search.hparams`: the 54 hyperparameters and their map to a policy;
 * :mod:`~hba_augment.search.loop`: ``SearchConfig`` and ``run_search`` (Algorithm 2);
+* :mod:`~hba_augment.search.population`: ``PopulationConfig`` and ``run_population_search`` (PBA's population
+  search in HBA's policy space, ``--objective population``), built on :mod:`~hba_augment.search.pbt`
+  (``explore``, ``truncation_selection``, ``lineage``);
 * :mod:`~hba_augment.search.plot`: ``plot_schedule``; :mod:`~hba_augment.search.cli`: ``hba-augment search``.
 
 It uses the parts it shares with policy evaluation (:mod:`hba_augment.datasets`,
@@ -32,6 +35,11 @@ _EXPORTS = {
     "SearchResult": "loop",
     "run_search": "loop",
     "plot_schedule": "plot",
+    "PopulationConfig": "population",
+    "run_population_search": "population",
+    "explore": "pbt",
+    "lineage": "pbt",
+    "truncation_selection": "pbt",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,4 +1,5 @@
-"""``hba-augment search``: run the hypernetwork search and write a schedule.
+"""``hba-augment search``: run the hypernetwork search (or, with ``--objective population``, the population
+search of :mod:`hba_augment.search.population`) and write a schedule.
 
 Every option left unset takes the value of the preset (the paper's settings for the dataset, see
 :data:`hba_augment.search._presets.PRESETS`); ``--preset`` picks another one (e.g. ``--dataset imagefolder
@@ -30,8 +31,10 @@ from hba_augment._cli_common import (
 
 if TYPE_CHECKING:  # the loop imports torch; --help must not
     from hba_augment.search.loop import SearchConfig
+    from hba_augment.search.population import PopulationConfig
 
-__all__ = ["build_parser", "config_from_args", "default_name", "main"]
+__all__ = ["build_parser", "check_objective_options", "config_from_args", "default_name", "main",
+           "population_config_from_args"]
 
 
 def default_name(out: str, dataset: str, model: str) -> str:
@@ -73,6 +76,57 @@ def _count_probs(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(f"expected probabilities in [0, 1] summing to 1, got {text!r} ({e})") from None
 
 
+#: Members of a population search when ``--population`` is not given.
+_POPULATION = 8
+# Options of the hypernetwork and teacher objectives, which a population search refuses when they are given
+# (its members have no lambda): (attribute, flag, the parser's default).
+_LAMBDA_OPTIONS = (("strategy", "--strategy", "first-bn"), ("hparam_lr", "--hparam-lr", None),
+                   ("sigma", "--sigma", 1.0), ("t_train", "--t-train", 2), ("t_val", "--t-val", 1),
+                   ("prior_decay", "--prior-decay", 0.0), ("hparam_accumulate", "--hparam-accumulate", 1),
+                   ("teacher_estimator", "--teacher-estimator", "applied"),
+                   ("teacher_weight", "--teacher-weight", 1.0), ("teacher_decay", "--teacher-decay", 0.99),
+                   ("val_bn", "--val-bn", "batch"), ("hyper_input", "--hyper-input", "hparams"))
+_POPULATION_OPTIONS = (("population", "--population"), ("exploit_every", "--exploit-every"),
+                       ("population_procs", "--population-procs"))
+
+
+def _population(text: str) -> int:
+    """``--population``: an int >= 2."""
+    value = positive_int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"a population needs at least 2 members, got {text!r}")
+    return value
+
+
+def check_objective_options(args: argparse.Namespace) -> None:
+    """Refuse options that the chosen ``--objective`` does not use.
+
+    Raises:
+        ValueError: naming the option and the objective.
+    """
+    if args.objective == "population":
+        for attr, flag, default in _LAMBDA_OPTIONS:
+            if getattr(args, attr) != default:
+                raise ValueError(f"{flag} {getattr(args, attr)} does not apply to --objective population (its "
+                                 "members have no lambda)")
+    else:
+        for attr, flag in _POPULATION_OPTIONS:
+            if getattr(args, attr) is not None:
+                raise ValueError(f"{flag} {getattr(args, attr)} applies to --objective population only, not "
+                                 f"{args.objective!r}")
+
+
+def population_config_from_args(args: argparse.Namespace, device: str,
+                                search: SearchConfig | None = None) -> PopulationConfig:
+    """The :class:`~hba_augment.search.population.PopulationConfig` of parsed ``--objective population``
+    arguments: the search's settings (``search``, default :func:`config_from_args`) and the population's."""
+    from hba_augment.search.population import PopulationConfig
+
+    return PopulationConfig(search=config_from_args(args, device) if search is None else search,
+                            population=_POPULATION if args.population is None else args.population,
+                            exploit_every=args.exploit_every, population_procs=args.population_procs)
+
+
 def _preset_table() -> str:
     from hba_augment.search._presets import DEFAULT_PRESET, PRESETS
 
@@ -95,7 +149,8 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog,
         description="Learn an HBA augmentation schedule with the hypernetwork search (Chen & Chang 2021, "
-        "Algorithm 2). Writes OUT/schedule.json, OUT/metrics.jsonl, OUT/schedule.png and OUT/checkpoint.pt.",
+        "Algorithm 2), or with PBA's population search (--objective population). Writes OUT/schedule.json, "
+        "OUT/metrics.jsonl, OUT/schedule.png and OUT/checkpoint.pt.",
         epilog=_preset_table(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -139,10 +194,13 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
                    "fraction of the distance (0: none, the paper; default: 0)")
     g.add_argument("--hparam-accumulate", type=positive_int, default=1, metavar="N",
                    help="one hyperparameter step per N validation steps, with their mean gradient (default: 1)")
-    g.add_argument("--objective", choices=("hypernetwork", "teacher"), default="hypernetwork",
+    g.add_argument("--objective", choices=("hypernetwork", "teacher", "population"), default="hypernetwork",
                    help="what lambda learns from: hypernetwork = the validation loss through the hyper-layers (the "
                    "paper; default); teacher = TeachAugment's: augmentations hard for the network and easy for its "
-                   "moving-average teacher, estimated from the per-image perturbations (no validation steps)")
+                   "moving-average teacher, estimated from the per-image perturbations (no validation steps); "
+                   "population = no lambda: PBA's population-based training over policies, scored by the "
+                   "validation accuracy of networks trained with them (--population networks trained side by "
+                   "side; see the population options)")
     g.add_argument("--teacher-estimator", choices=("applied", "es"), default="applied",
                    help="how the teacher objective's gradient is estimated: applied = from the slots each image "
                    "applied (default), es = from the per-image perturbations alone")
@@ -176,6 +234,22 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     g.add_argument("--dist-timeout", type=positive_float, default=1800.0, metavar="SECONDS",
                    help="under torchrun: how long a process waits for the others before the run fails "
                    "(default: 1800)")
+    g = p.add_argument_group(
+        "population search (--objective population; hba_augment.search.population)",
+        # Wrapped by hand: the parser's formatter keeps descriptions as written (for the preset table).
+        "N networks of --model, each with its own policy, trained with the search's optimiser and\n"
+        "schedule for --epochs; every E epochs the bottom quarter (by clean validation accuracy) copies\n"
+        "the weights and an explored policy of a random member of the top quarter (PBA). The schedule is\n"
+        "the best final member's lineage. It costs N trainings side by side; the hypernetwork and\n"
+        "teacher options do not apply.")
+    g.add_argument("--population", type=_population, metavar="N",
+                   help=f"members, at least 2 (default: {_POPULATION})")
+    g.add_argument("--exploit-every", type=positive_int, metavar="E",
+                   help="epochs per round of selection (default: PBA's 3 per 200 epochs, scaled to --epochs and "
+                   "rounded, at least 1)")
+    g.add_argument("--population-procs", type=nonneg_int, metavar="P",
+                   help="worker processes on the device, the members spread over them (default: one per member; "
+                   "0: every member in this process, one after another)")
     g = p.add_argument_group("output")
     g.add_argument("--out", required=True, help="output folder (schedule.json, metrics.jsonl, schedule.png, "
                    "checkpoint.pt)")
@@ -203,7 +277,9 @@ def config_from_args(args: argparse.Namespace, device: str) -> SearchConfig:
         lr=args.lr, lr_schedule=args.lr_schedule, lr_milestones=args.lr_milestones, wd=args.wd,
         hparam_lr=args.hparam_lr, sigma=args.sigma, t_train=args.t_train, t_val=args.t_val, val_bn=args.val_bn,
         init=args.init, prior_decay=args.prior_decay, hparam_accumulate=args.hparam_accumulate,
-        count_probs=args.count_probs, objective=args.objective, teacher_decay=args.teacher_decay,
+        count_probs=args.count_probs,
+        # The population search keeps the SearchConfig's objective (it trains no lambda).
+        objective=None if args.objective == "population" else args.objective, teacher_decay=args.teacher_decay,
         teacher_estimator=args.teacher_estimator, teacher_weight=args.teacher_weight, hyper_input=args.hyper_input, seed=args.seed, device=device, image_size=args.image_size,
         classes=args.classes, download=args.download or None, flip=args.flip, crop_padding=args.crop_padding, cutout=args.cutout,
         name=args.name, channels_last=args.channels_last, amp=args.amp, compile=args.compile,
@@ -233,6 +309,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "hba-augment search") ->
         return text if ctx.is_main else ""
 
     def _search(device: str) -> str:
+        check_objective_options(args)
         config = config_from_args(args, device)
         if args.name is None:
             config.name = default_name(args.out, config.dataset, config.model)
@@ -241,8 +318,14 @@ def main(argv: Sequence[str] | None = None, prog: str = "hba-augment search") ->
 
         create_model(config.model, 2)
         command = shlex.join([*prog.split(), *argv])
-        result = run_search(config, args.out, resume=args.resume, command=command, progress=args.progress,
-                            plot=args.plot)
+        if args.objective == "population":
+            from hba_augment.search.population import run_population_search
+
+            population = population_config_from_args(args, device, search=config)
+            result = run_population_search(population, args.out, resume=args.resume, command=command, plot=args.plot)
+        else:
+            result = run_search(config, args.out, resume=args.resume, command=command, progress=args.progress,
+                                plot=args.plot)
         return str(result.files["schedule"])
 
     return run_command(prog, body, SearchDivergedError, out=args.out)

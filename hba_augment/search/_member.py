@@ -1,0 +1,238 @@
+"""The members of a population search: plain networks, each trained with its own constant HBA policy.
+
+A :class:`Worker` holds the images on its device and some members; the driver
+(:mod:`~hba_augment.search.population`) runs one per process (``serve``) or one in its own process
+(``population_procs=0``). Per round it is told, for each of its members, which file to copy weights and
+optimiser state from (an exploit, or a resume), which policy to train with and for how many epochs; it
+trains, tests on the clean validation images, writes each member's state file and returns plain numbers.
+
+Everything random in a member comes from its own generators, seeded from ``(seed, member)`` and saved in
+its state file, so a search does not depend on how members are spread over processes. A member's
+training steps are the search's (:mod:`~hba_augment.search.loop`) without hyper-layers: its policy on
+uint8 images on the device (:func:`hba_augment.functional.augment`), then standardisation, flip, crop and
+Cutout, SGD with Nesterov momentum at the search's learning-rate schedule. Nothing in a round reads a
+tensor on the host until its end (losses and hits are summed on the device).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from hba_augment import _runner, functional
+from hba_augment.models import create_model
+
+__all__ = ["Worker", "member_seed", "serve"]
+
+_EVAL_BATCH = 500
+
+
+def member_seed(seed: int, member: int, stream: int) -> int:
+    """A 63-bit seed for one random stream of one member (independent of the other members' seeds)."""
+    return int(np.random.SeedSequence([seed, member, stream]).generate_state(2, np.uint64)[0] >> np.uint64(1))
+
+
+class _Member:
+    """One network, its SGD and its random streams, trained with one policy at a time."""
+
+    def __init__(self, index: int, worker: Worker) -> None:
+        cfg, dev = worker.config, worker.device
+        self.index, self.worker = index, worker
+        # Each member its own initialisation, as PBT's trials (the caller's global RNG is left alone).
+        with torch.random.fork_rng(devices=[]):
+            torch.default_generator.manual_seed(member_seed(cfg.seed, index, 0))
+            self.model = create_model(cfg.model, worker.num_classes)
+        self.model.to(dev).train()
+        if worker.channels_last:
+            self.model.to(memory_format=torch.channels_last)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov,
+                                   weight_decay=cfg.wd)
+        self.g_data = torch.Generator().manual_seed(member_seed(cfg.seed, index, 1))
+        self.g_aug = torch.Generator(device=dev).manual_seed(member_seed(cfg.seed, index, 2))
+        self.step = 0
+        self.epoch = 0
+        self.prob: Tensor | None = None
+        self.mag: Tensor | None = None
+
+    def set_policy(self, prob: np.ndarray, mag: np.ndarray) -> None:
+        # Made once per round: augment() caches its checks and warp maps per policy tensor.
+        dev = self.worker.device
+        self.prob = torch.as_tensor(np.asarray(prob), dtype=torch.float32).to(dev)
+        self.mag = torch.as_tensor(np.asarray(mag), dtype=torch.float32).to(dev)
+
+    # -- state ------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.opt.state_dict(),
+            "g_data": self.g_data.get_state(),
+            "g_aug": self.g_aug.get_state(),
+            "step": self.step,
+            "epoch": self.epoch,
+        }
+
+    def load(self, weights: Path | None, streams: Path | None) -> None:
+        """Take the weights and optimiser state of ``weights`` (another member's file: an exploit) and the
+        random streams and counters of ``streams`` (this member's own file: a resume)."""
+        dev = self.worker.device
+        if weights is not None:
+            state = torch.load(weights, map_location=dev, weights_only=True)
+            self.model.load_state_dict(state["model"])
+            self.opt.load_state_dict(state["optimizer"])
+        if streams is not None:
+            state = torch.load(streams, map_location="cpu", weights_only=True)
+            self.g_data.set_state(state["g_data"])
+            self.g_aug.set_state(state["g_aug"])
+            self.step, self.epoch = int(state["step"]), int(state["epoch"])
+
+    def save(self, path: Path) -> None:
+        _runner.save_checkpoint(self.state_dict(), path)
+
+    # -- training ---------------------------------------------------------------------------------
+    def train_epochs(self, epochs: int) -> dict[str, Tensor]:
+        """``epochs`` passes over the training images; the sums stay on the device."""
+        w, cfg, dev = self.worker, self.worker.config, self.worker.device
+        sums = {k: torch.zeros((), dtype=torch.float64, device=dev) for k in ("loss", "correct", "n")}
+        for _ in range(epochs):
+            perm = torch.randperm(w.n_train, generator=self.g_data)
+            for idx in perm.split(cfg.batch_size):
+                idx = idx.to(dev, non_blocking=True)
+                x, y = w.train_x[idx], w.train_y[idx]
+                # The policy is valid by construction; checking it on a GPU would wait for the device.
+                x = functional.augment(x, self.prob, self.mag, cfg.count_probs, generator=self.g_aug,
+                                       check_policy=dev.type == "cpu")
+                x = _runner.baseline_augment(w.normalise(x), flip=cfg.flip, crop_padding=cfg.crop_padding,
+                                             cutout=cfg.cutout, generator=self.g_aug)
+                for group in self.opt.param_groups:
+                    group["lr"] = _runner.lr_at(cfg, self.step, w.steps_per_epoch)
+                with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.amp):
+                    logits = self.model(w.layout(x))
+                logits = logits.float()
+                loss = F.cross_entropy(logits, y)
+                self.opt.zero_grad(set_to_none=True)
+                loss.backward()
+                self.opt.step()
+                self.step += 1
+                with torch.no_grad():
+                    sums["loss"] += loss.detach() * len(y)
+                    sums["correct"] += (logits.argmax(1) == y).sum()
+                    sums["n"] += len(y)
+            self.epoch += 1
+        return sums
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, Tensor]:
+        """Loss and hits on the clean validation images (eval mode: the running statistics)."""
+        w, dev = self.worker, self.worker.device
+        sums = {k: torch.zeros((), dtype=torch.float64, device=dev) for k in ("loss", "correct")}
+        self.model.eval()
+        try:
+            for start in range(0, w.n_val, _EVAL_BATCH):
+                x = w.layout(w.normalise(w.val_x[start : start + _EVAL_BATCH]))
+                y = w.val_y[start : start + _EVAL_BATCH]
+                with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=w.config.amp):
+                    logits = self.model(x).float()
+                sums["loss"] += F.cross_entropy(logits, y, reduction="sum")
+                sums["correct"] += (logits.argmax(1) == y).sum()
+        finally:
+            self.model.train()
+        return sums
+
+
+class Worker:
+    """The images on one device and the members this process trains.
+
+    Args:
+        config: the search's :class:`~hba_augment.search.loop.SearchConfig` (model, optimiser, schedule,
+            baseline augmentation, ``count_probs``, ``amp``, ``channels_last``, ``seed``, ``device``).
+        train, val: :class:`~hba_augment.datasets.ImageData` (uint8), the search's split.
+        members: the indices of the members it holds.
+    """
+
+    def __init__(self, config: Any, train: Any, val: Any, members: list[int]) -> None:
+        self.config = config
+        self.device = dev = torch.device(config.device)
+        self.num_classes = len(train.classes)
+        self.train_x, self.train_y = train.images.to(dev), train.labels.to(dev)
+        self.val_x, self.val_y = val.images.to(dev), val.labels.to(dev)
+        self.n_train, self.n_val = len(self.train_y), len(self.val_y)
+        self.normalise = _runner.standardisation(train.images, dev)
+        self.steps_per_epoch = math.ceil(self.n_train / config.batch_size)
+        self.channels_last = dev.type == "cpu" if config.channels_last is None else bool(config.channels_last)
+        self.members = {m: _Member(m, self) for m in members}
+
+    def layout(self, x: Tensor) -> Tensor:
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
+
+    def run_round(self, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Run one round for the members named in ``tasks``.
+
+        Each task: ``member``, ``prob``, ``mag``, ``epochs``, ``save`` (the state file to write after the
+        round), ``weights`` and ``streams`` (files to load first, or ``None``). Every load happens before
+        any training, so a donor's file is read before this round can overwrite anything.
+
+        Returns:
+            One record per task: ``member``, ``train_loss``, ``train_acc``, ``val_loss``, ``val_acc``,
+            ``seconds``, ``finite``.
+        """
+        for task in tasks:
+            member = self.members[task["member"]]
+            member.load(task["weights"], task["streams"])
+            member.set_policy(task["prob"], task["mag"])
+        records = []
+        for task in tasks:
+            member = self.members[task["member"]]
+            start = time.perf_counter()
+            train = member.train_epochs(task["epochs"])
+            val = member.evaluate()
+            # The round's one read of device values.
+            t = {k: float(v) for k, v in train.items()}
+            v = {k: float(x) for k, x in val.items()}
+            member.save(Path(task["save"]))
+            record = {
+                "member": member.index,
+                "train_loss": t["loss"] / t["n"],
+                "train_acc": t["correct"] / t["n"],
+                "val_loss": v["loss"] / self.n_val,
+                "val_acc": v["correct"] / self.n_val,
+                "seconds": time.perf_counter() - start,
+            }
+            record["finite"] = math.isfinite(record["train_loss"]) and math.isfinite(record["val_loss"])
+            records.append(record)
+        return records
+
+
+def serve(config: Any, train: tuple[np.ndarray, np.ndarray, list[str]], val: tuple[np.ndarray, np.ndarray, list[str]],
+          members: list[int], threads: int, tasks: Any, results: Any) -> None:
+    """A worker process's main loop (started with the 'spawn' method): build a :class:`Worker` from the
+    images sent as ``(images, labels, classes)`` numpy arrays, then run
+    each list of tasks that arrives on ``tasks`` until ``None``; every answer goes to ``results`` as
+    ``("ok", records)`` or ``("error", kind, message)``."""
+    try:
+        from hba_augment.datasets import ImageData
+
+        # The driver sends the images as numpy arrays (see population._Pool).
+        train, val = (ImageData(torch.from_numpy(x), torch.from_numpy(y), classes) for x, y, classes in (train, val))
+        torch.set_num_threads(threads)
+        if config.device.startswith("cuda"):
+            torch.backends.cudnn.benchmark = True  # fixed shapes, long runs
+        worker = Worker(config, train, val, members)
+        results.put(("ready", members))
+        while True:
+            job = tasks.get()
+            if job is None:
+                return
+            results.put(("ok", worker.run_round(job)))
+    except KeyboardInterrupt:  # the driver reports the interruption
+        return
+    except BaseException as e:  # sent to the driver, which raises it there
+        kind = "value" if isinstance(e, ValueError) else "other"
+        results.put(("error", kind, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))

@@ -1,0 +1,205 @@
+"""The steps of Population-Based Training (Jaderberg et al. 2017) as PBA uses them (Ho et al., ICML 2019),
+in HBA's policy space: explore, truncation selection, and the lineage of the final best member.
+
+Plain numpy, no torch: the driver of :mod:`~hba_augment.search.population` calls these once per round,
+and the tests check them on hand-made numbers.
+
+A *policy* here is a pair ``(prob, mag)`` of ``(2, 15)`` float64 arrays, copy x op in canonical order:
+probabilities in [0, 1], unsigned magnitudes in each op's schedule range and NaN for the three ops without
+one (the contract, sections 1-4).
+
+PBA's explore (``pba/search.py``) works on discrete levels: each probability on 11 levels (0, 0.1, ..., 1)
+and each magnitude on 10; with probability 0.2 a value is resampled uniformly, otherwise it is shifted by
+0, 1, 2 or 3 levels (uniformly) in a random direction and clipped. HBA's space is continuous, so values
+are handled as fractions ``f`` of their range (a probability is its own fraction): a resample draws ``f``
+uniformly from [0, 1], a shift adds ``k / 10`` with ``k`` uniform in {0, 1, 2, 3} and a random sign, and
+``f`` is clipped to [0, 1]. A shift therefore moves a value by at most 30% of its range, as PBA's do.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from hba_augment._space import MAGNITUDE_OPS, NUM_COPIES, NUM_OPS, OP_RANGES
+
+__all__ = [
+    "EXPLORE_LEVELS",
+    "EXPLORE_MAX_SHIFT",
+    "EXPLORE_RESAMPLE_PROB",
+    "TRUNCATION_QUANTILE",
+    "default_exploit_every",
+    "explore",
+    "lineage",
+    "mag_fractions",
+    "round_starts",
+    "truncation_selection",
+]
+
+#: PBA's probability of resampling a hyperparameter instead of shifting it.
+EXPLORE_RESAMPLE_PROB = 0.2
+#: PBA's largest shift, in levels.
+EXPLORE_MAX_SHIFT = 3
+#: Levels per range: a shift of one level moves a value by a tenth of its range.
+EXPLORE_LEVELS = 10
+#: PBT's truncation selection: the bottom quarter copies the top quarter.
+TRUNCATION_QUANTILE = 0.25
+# PBA perturbs every 3 epochs of a 200-epoch search.
+_PBA_INTERVAL, _PBA_EPOCHS = 3, 200
+
+_SHAPE = (NUM_COPIES, NUM_OPS)
+_MAG = list(MAGNITUDE_OPS)
+_LOW = np.array([OP_RANGES[k].low for k in _MAG], dtype=np.float64)
+_HIGH = np.array([OP_RANGES[k].high for k in _MAG], dtype=np.float64)
+
+
+def default_exploit_every(epochs: int) -> int:
+    """Epochs per round when ``--exploit-every`` is not given: PBA's 3 epochs per 200, scaled to ``epochs``
+    (rounded, at least 1). A 200-epoch search gets 3 (67 rounds); a 20-epoch one gets 1."""
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"epochs must be a positive int, got {epochs!r}")
+    return max(1, round(_PBA_INTERVAL * epochs / _PBA_EPOCHS))
+
+
+def round_starts(epochs: int, every: int) -> list[int]:
+    """The first epoch of each round: ``[0, every, 2 every, ...]`` below ``epochs`` (the last round may be short)."""
+    for name, value in (("epochs", epochs), ("every", every)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return list(range(0, epochs, every))
+
+
+def _check_policy(prob: np.ndarray, mag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    prob = np.asarray(prob, dtype=np.float64)
+    mag = np.asarray(mag, dtype=np.float64)
+    if prob.shape != _SHAPE or mag.shape != _SHAPE:
+        raise ValueError(f"prob and mag must have shape {_SHAPE}, got {prob.shape} and {mag.shape}")
+    if not np.all((prob >= 0) & (prob <= 1)):
+        raise ValueError(f"probabilities must lie in [0, 1], got {prob[~((prob >= 0) & (prob <= 1))].tolist()}")
+    inner = mag[:, _MAG]
+    if not np.all((inner >= _LOW) & (inner <= _HIGH)):
+        raise ValueError(f"magnitudes must lie in their ops' ranges, got {inner.tolist()}")
+    return prob, mag
+
+
+def mag_fractions(mag: np.ndarray) -> np.ndarray:
+    """The 12 magnitudes of each copy as fractions of their ranges, ``(..., 2, 12)``."""
+    return (np.asarray(mag, dtype=np.float64)[..., _MAG] - _LOW) / (_HIGH - _LOW)
+
+
+def _explore_fractions(frac: np.ndarray, rng: np.random.Generator, resample_prob: float, max_shift: int,
+                       levels: int) -> np.ndarray:
+    resample = rng.random(frac.shape) < resample_prob
+    fresh = rng.random(frac.shape)
+    steps = rng.integers(0, max_shift + 1, size=frac.shape)
+    signs = rng.choice(np.array([-1.0, 1.0]), size=frac.shape)
+    shifted = np.clip(frac + signs * steps / levels, 0.0, 1.0)
+    return np.where(resample, fresh, shifted)
+
+
+def explore(
+    prob: np.ndarray,
+    mag: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    resample_prob: float = EXPLORE_RESAMPLE_PROB,
+    max_shift: int = EXPLORE_MAX_SHIFT,
+    levels: int = EXPLORE_LEVELS,
+) -> tuple[np.ndarray, np.ndarray]:
+    """PBA's explore step on one policy (see the module docstring); the inputs are not modified.
+
+    Every one of the 30 probabilities and 24 magnitudes is, independently, resampled uniformly over its
+    range with probability ``resample_prob``, else shifted by ``k / levels`` of its range, ``k`` uniform in
+    ``{0, ..., max_shift}``, in a random direction, and clipped to the range. The NaN magnitudes of the ops
+    without one stay NaN.
+
+    Args:
+        prob, mag: the policy, ``(2, 15)`` each.
+        rng: the random stream (the caller seeds it, so a search is reproducible).
+        resample_prob: in [0, 1].
+        max_shift: the largest shift in levels, >= 0.
+        levels: levels per range, >= 1.
+
+    Returns:
+        ``(prob, mag)``: new float64 arrays, inside the ranges.
+
+    Raises:
+        ValueError: a policy of the wrong shape or out of range, or bad settings (named).
+    """
+    prob, mag = _check_policy(prob, mag)
+    if not (isinstance(resample_prob, (int, float)) and 0.0 <= resample_prob <= 1.0):
+        raise ValueError(f"resample_prob must be a number in [0, 1], got {resample_prob!r}")
+    for name, value, low in (("max_shift", max_shift, 0), ("levels", levels, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    new_prob = _explore_fractions(prob, rng, resample_prob, max_shift, levels)
+    frac = _explore_fractions(mag_fractions(mag), rng, resample_prob, max_shift, levels)
+    new_mag = mag.copy()
+    # Clipped again in value space: lo + (hi - lo) * 1.0 may round a hair past hi.
+    new_mag[:, _MAG] = np.clip(_LOW + (_HIGH - _LOW) * frac, _LOW, _HIGH)
+    return new_prob, new_mag
+
+
+def truncation_selection(
+    scores: Sequence[float], rng: np.random.Generator, quantile: float = TRUNCATION_QUANTILE
+) -> list[tuple[int, int]]:
+    """PBT's exploit step: each member of the bottom ``quantile`` copies a random member of the top one.
+
+    ``q = min(ceil(N * quantile), N // 2)`` members on each side (Ray Tune's rule, which PBA ran on: with 2
+    members the worse copies the better). Members are ranked by score, higher is better; a NaN score ranks
+    last, and ties go to the lower index, so that the choice is reproducible.
+
+    Args:
+        scores: one score per member (validation accuracy).
+        rng: draws each loser's donor uniformly from the top ``q``.
+        quantile: in (0, 0.5].
+
+    Returns:
+        ``[(loser, donor), ...]`` sorted by loser; empty for fewer than 2 members.
+
+    Raises:
+        ValueError: a bad quantile or a score that is not a number.
+    """
+    if not (isinstance(quantile, (int, float)) and 0.0 < quantile <= 0.5):
+        raise ValueError(f"quantile must be a number in (0, 0.5], got {quantile!r}")
+    values = np.asarray(scores, dtype=np.float64)
+    if values.ndim != 1:
+        raise ValueError(f"scores must be a 1-D sequence of numbers, got shape {values.shape}")
+    n = len(values)
+    q = min(math.ceil(n * quantile), n // 2)
+    if q == 0:
+        return []
+    keyed = np.where(np.isnan(values), -np.inf, values)
+    order = sorted(range(n), key=lambda i: (-keyed[i], i))
+    top, bottom = order[:q], order[n - q:]
+    return [(loser, int(top[rng.integers(q)])) for loser in sorted(bottom)]
+
+
+def lineage(parents: Sequence[Sequence[int]], best: int) -> list[int]:
+    """The member whose policy each round of the final ``best`` member's history ran with.
+
+    ``parents[r][m]`` is the member whose weights member ``m`` started round ``r`` with (``m`` itself when
+    it did not copy; round 0 starts from scratch, so ``parents[0][m] == m``). Following the copies back
+    from ``best`` gives, for every round, the member whose network became the final one (PBA's schedule
+    is read off the same way).
+
+    Returns:
+        ``chain`` with ``chain[r]`` the member of round ``r``; ``chain[-1] == best``.
+
+    Raises:
+        ValueError: an empty history, rows of different lengths, or an index out of range.
+    """
+    if not parents:
+        raise ValueError("parents must hold at least one round")
+    n = len(parents[0])
+    for r, row in enumerate(parents):
+        if len(row) != n or any(not 0 <= int(p) < n for p in row):
+            raise ValueError(f"parents[{r}] must hold {n} member indices in [0, {n}), got {list(row)}")
+    if not 0 <= best < n:
+        raise ValueError(f"best must be a member index in [0, {n}), got {best!r}")
+    chain = [best]
+    for r in range(len(parents) - 1, 0, -1):
+        chain.append(int(parents[r][chain[-1]]))
+    return chain[::-1]

@@ -1,0 +1,329 @@
+"""The population search (``--objective population``): PBA's explore and exploit steps, the lineage of the best
+member, and whole tiny searches (command line, resume, determinism, processes)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hba_augment._space import MAGNITUDE_OPS, OP_RANGES
+from hba_augment.cli import main
+from hba_augment.datasets import load_dataset, reduced_split
+from hba_augment.schedule import Schedule
+from hba_augment.search import pbt
+from hba_augment.search.loop import SearchConfig
+from hba_augment.search.population import MEMBERS_FOLDER, PopulationConfig, run_population_search
+from hba_augment.search.priors import prior_policy
+
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
+_MAG = list(MAGNITUDE_OPS)
+_LOW = np.array([OP_RANGES[k].low for k in _MAG])
+_HIGH = np.array([OP_RANGES[k].high for k in _MAG])
+
+
+def _fractions(prob: np.ndarray, mag: np.ndarray) -> np.ndarray:
+    """The 54 values of a policy as fractions of their ranges."""
+    return np.concatenate([prob.ravel(), ((mag[:, _MAG] - _LOW) / (_HIGH - _LOW)).ravel()])
+
+
+# -------------------------------------------------------------------------------------------- explore
+@settings(max_examples=50, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from(["paper", "identity", "uniform:0.5", "trivialaugment"]))
+def test_explore_stays_in_range_and_moves_by_levels(seed, init):
+    prior = prior_policy(init)
+    prob, mag = prior.prob.copy(), prior.mag.copy()
+    new_prob, new_mag = pbt.explore(prob, mag, np.random.default_rng(seed), resample_prob=0.0)
+    np.testing.assert_array_equal(prob, prior.prob)  # the inputs are not modified
+    np.testing.assert_array_equal(mag, prior.mag)
+    assert new_prob.shape == new_mag.shape == (2, 15)
+    assert np.all((new_prob >= 0) & (new_prob <= 1))
+    assert np.all((new_mag[:, _MAG] >= _LOW) & (new_mag[:, _MAG] <= _HIGH))
+    assert np.isnan(new_mag[:, [k for k in range(15) if k not in _MAG]]).all()
+    # Without resampling every value moves by 0-3 tenths of its range, or less where it hit an end.
+    before, after = _fractions(prob, mag), _fractions(new_prob, new_mag)
+    steps = (after - before) * 10
+    at_end = np.isclose(after, 0) | np.isclose(after, 1)
+    assert np.all(np.abs(steps) <= 3 + 1e-9)
+    assert np.all(at_end | np.isclose(steps, np.round(steps)))
+
+
+def test_explore_resamples_a_fifth_and_shifts_the_rest_uniformly():
+    rng = np.random.default_rng(0)
+    prior = prior_policy("uniform:0.45")  # every value at 0.45: no shift reaches an end of its range
+    before = _fractions(prior.prob, prior.mag)
+    moves = np.stack([_fractions(*pbt.explore(prior.prob, prior.mag, rng)) - before for _ in range(400)])
+    steps = moves * 10
+    on_grid = np.isclose(steps, np.round(steps), atol=1e-9) & (np.abs(steps) <= 3 + 1e-9)
+    # A resampled value lands on a level with probability ~0, and on the shift grid only by chance.
+    assert 0.18 < 1 - on_grid.mean() < 0.22
+    k = np.abs(np.round(steps[on_grid]))
+    counts = np.bincount(k.astype(int), minlength=4)
+    # 0 is reached by a shift of 0 (1/4) and is the only level the two directions share.
+    np.testing.assert_allclose(counts / counts.sum(), [0.25, 0.25, 0.25, 0.25], atol=0.02)
+    shifted = steps[on_grid & (np.abs(steps) > 0.5)]
+    assert 0.47 < (shifted > 0).mean() < 0.53  # both directions
+    # Resampled values are uniform over the range.
+    resampled = (before + moves)[~on_grid]
+    assert 0.45 < resampled.mean() < 0.55 and resampled.min() < 0.05 and resampled.max() > 0.95
+
+
+def test_explore_is_seeded():
+    prior = prior_policy("trivialaugment")
+    a = pbt.explore(prior.prob, prior.mag, np.random.default_rng(7))
+    b = pbt.explore(prior.prob, prior.mag, np.random.default_rng(7))
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda p, m: (p[:1], m), "shape"),
+    (lambda p, m: (p + 1, m), "probabilities must lie in"),
+    (lambda p, m: (p, m * 100), "magnitudes must lie in"),
+])
+def test_explore_refuses_bad_policies(change, match):
+    prior = prior_policy("paper")
+    with pytest.raises(ValueError, match=match):
+        pbt.explore(*change(prior.prob, prior.mag), np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"resample_prob": 1.5}, "resample_prob"), ({"max_shift": -1}, "max_shift"), ({"levels": 0}, "levels"),
+])
+def test_explore_refuses_bad_settings(kwargs, match):
+    prior = prior_policy("paper")
+    with pytest.raises(ValueError, match=match):
+        pbt.explore(prior.prob, prior.mag, np.random.default_rng(0), **kwargs)
+
+
+# ------------------------------------------------------------------------------------------ selection
+def test_truncation_selection_copies_the_top_quarter_into_the_bottom_quarter():
+    scores = [0.50, 0.80, 0.10, 0.70, 0.30, 0.90, 0.20, 0.60]  # top: 5, 1; bottom: 6, 2
+    donors = set()
+    for seed in range(50):
+        copies = pbt.truncation_selection(scores, np.random.default_rng(seed))
+        assert [loser for loser, _ in copies] == [2, 6]
+        assert {donor for _, donor in copies} <= {1, 5}
+        donors.update(donor for _, donor in copies)
+    assert donors == {1, 5}  # each top member is drawn
+
+
+@pytest.mark.parametrize("scores, losers, top", [
+    ([0.2, 0.9], [0], {1}),  # 2 members: the worse copies the better
+    ([0.4, 0.1, 0.3, 0.2], [1], {0}),  # 4: one each
+    ([0.5, float("nan"), 0.5, 0.5, 0.1], [1, 4], {0, 2}),  # NaN ranks last; ties go to the lower index
+    ([0.3], [], set()),
+])
+def test_truncation_selection_sizes_ties_and_nan(scores, losers, top):
+    copies = pbt.truncation_selection(scores, np.random.default_rng(0))
+    assert [loser for loser, _ in copies] == losers
+    assert {donor for _, donor in copies} <= top
+
+
+def test_truncation_selection_refuses_bad_quantiles():
+    for quantile in (0.0, 0.6, "x"):
+        with pytest.raises(ValueError, match="quantile"):
+            pbt.truncation_selection([0.1, 0.2], np.random.default_rng(0), quantile)
+
+
+# -------------------------------------------------------------------------------------------- lineage
+def test_lineage_follows_the_copies_back():
+    # Round 1: member 2 copied 0. Round 2: member 1 copied 2. Round 3: member 3 copied 1.
+    parents = [[0, 1, 2, 3], [0, 1, 0, 3], [0, 2, 2, 3], [0, 1, 2, 1]]
+    assert pbt.lineage(parents, 3) == [0, 2, 1, 3]
+    assert pbt.lineage(parents, 0) == [0, 0, 0, 0]
+    assert pbt.lineage(parents, 2) == [0, 2, 2, 2]
+    assert pbt.lineage(parents[:1], 1) == [1]
+    with pytest.raises(ValueError, match="best"):
+        pbt.lineage(parents, 4)
+    with pytest.raises(ValueError, match=r"parents\[1\]"):
+        pbt.lineage([[0, 1], [0, 5]], 0)
+    with pytest.raises(ValueError, match="at least one round"):
+        pbt.lineage([], 0)
+
+
+def test_rounds_scale_pbas_interval():
+    assert pbt.default_exploit_every(200) == 3
+    assert pbt.default_exploit_every(20) == 1
+    assert pbt.default_exploit_every(1000) == 15
+    assert pbt.round_starts(7, 3) == [0, 3, 6]
+    with pytest.raises(ValueError, match="every"):
+        pbt.round_starts(7, 0)
+
+
+# --------------------------------------------------------------------------------------- whole searches
+def _fake_cifar(root: Path, per_batch: int = 16) -> Path:
+    """A CIFAR-10 folder of 5 x ``per_batch`` random images (class-coloured, so that there is something to
+    learn), in the official pickle layout."""
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    with open(folder / "batches.meta", "wb") as f:
+        pickle.dump({"label_names": [f"c{i}" for i in range(10)]}, f)
+    for b in range(1, 6):
+        labels = rng.integers(0, 10, per_batch)
+        data = rng.integers(0, 128, (per_batch, 3072)) + (labels[:, None] * 12)
+        with open(folder / f"data_batch_{b}", "wb") as f:
+            pickle.dump({"data": data.astype(np.uint8), "labels": labels.tolist()}, f)
+    return root
+
+
+def _config(**kw) -> PopulationConfig:
+    search = SearchConfig.from_preset("cifar10", **{"data_dir": "unused", "model": "wrn-10-1", "epochs": 4,
+                                                    "train_size": 40, "val_size": 20, "batch_size": 20,
+                                                    "init": "trivialaugment", "seed": 1})
+    return PopulationConfig(**{"search": search, "population": 4, "exploit_every": 1, "population_procs": 0, **kw})
+
+
+@pytest.fixture(scope="module")
+def fake_data(tmp_path_factory):
+    root = _fake_cifar(tmp_path_factory.mktemp("fake"))
+    return reduced_split(load_dataset("cifar10", root), 40, 20, seed=1)
+
+
+def _without_times(records):
+    return [{k: v for k, v in r.items() if "seconds" not in k} for r in records]
+
+
+def test_command_line_population_search_writes_a_schedule(tmp_path: Path, capsys):
+    data_dir = _fake_cifar(tmp_path / "data")
+    out = tmp_path / "run"
+    args = ["search", "--objective", "population", "--population", "4", "--population-procs", "0",
+            "--exploit-every", "1", "--dataset", "cifar10", "--data-dir", str(data_dir), "--model", "wrn-10-1",
+            "--epochs", "5", "--train-size", "40", "--val-size", "20", "--batch-size", "20", "--init",
+            "trivialaugment", "--seed", "2", "--device", "cpu", "--out", str(out), "--no-plot", "--no-progress"]
+    start = time.perf_counter()
+    assert main(args) == 0
+    seconds = time.perf_counter() - start
+    captured = capsys.readouterr()
+    assert str(out / "schedule.json") in captured.out
+    assert "round 5/5" in captured.err and "lineage of member" in captured.err
+    schedule = Schedule.load(out / "schedule.json")
+    prov = schedule.provenance
+    assert schedule.epochs == 5 and schedule.name == "run"
+    assert schedule.count_probs == pytest.approx((1 / 14, 13 / 14))
+    assert (prov["objective"], prov["population"], prov["seed"], prov["exploit_every"], prov["rounds"]) == (
+        "population", 4, 2, 1, 5)
+    assert prov["command"].startswith("hba-augment search --objective population")
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["round"] for m in metrics] == list(range(5))
+    assert all(len(m["val_acc"]) == 4 and len(m["copies"]) == 1 for m in metrics[:-1]) and metrics[-1]["copies"] == []
+    # The schedule follows the lineage: each epoch's entry is the policy its lineage member trained with.
+    chain = prov["lineage"]
+    assert chain[-1] == prov["best_member"] and prov["final_val_acc"] == max(metrics[-1]["val_acc"])
+    for r, m in enumerate(chain):
+        assert schedule.prob[r].mean() == pytest.approx(metrics[r]["mean_prob"][m], abs=1e-5)
+        if r:  # a member either kept its own network or copied the one of the member it names
+            copied = {c["to"]: c["from"] for c in metrics[r - 1]["copies"]}
+            assert chain[r - 1] == copied.get(m, m)
+    # Round 0: member 0 trained with the start policy itself, the others with explored copies.
+    start_prob = prior_policy("trivialaugment").prob.mean()
+    assert metrics[0]["mean_prob"][0] == pytest.approx(start_prob)
+    assert all(p != pytest.approx(start_prob) for p in metrics[0]["mean_prob"][1:])
+    assert not (out / MEMBERS_FOLDER).exists()  # the members' files are removed at the end
+    assert seconds < 30, f"the tiny population search took {seconds:.1f} s"
+    # A finished search resumed is written again as it was, without training.
+    assert main([*args, "--resume"]) == 0
+    assert "resuming" in capsys.readouterr().err
+    again = Schedule.load(out / "schedule.json")
+    np.testing.assert_array_equal(again.prob, schedule.prob)
+    np.testing.assert_array_equal(again.mag, schedule.mag)
+
+
+def test_resume_continues_bit_for_bit(fake_data, tmp_path: Path):
+    whole = run_population_search(_config(), tmp_path / "whole", data=fake_data, plot=False, log=lambda m: None)
+
+    def stop_after_round_2(message: str) -> None:
+        if message.startswith("round 2/"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_population_search(_config(), tmp_path / "cut", data=fake_data, plot=False, log=stop_after_round_2)
+    assert not (tmp_path / "cut" / "schedule.json").exists()
+    assert sorted(p.name for p in (tmp_path / "cut" / MEMBERS_FOLDER).iterdir()) == ["round_0001"]
+    with pytest.raises(ValueError, match=r"--resume|resume=True"):
+        run_population_search(_config(), tmp_path / "cut", data=fake_data, plot=False, log=lambda m: None)
+    lines = []
+    resumed = run_population_search(_config(), tmp_path / "cut", resume=True, data=fake_data,
+                                    plot=False, log=lines.append)
+    assert any("resuming" in line and "after round 2" in line for line in lines)
+    np.testing.assert_array_equal(resumed.schedule.prob, whole.schedule.prob)
+    np.testing.assert_array_equal(resumed.schedule.mag, whole.schedule.mag)
+    assert _without_times(resumed.metrics) == _without_times(whole.metrics)
+    assert resumed.schedule.provenance["sessions"] == 2
+    # Other settings do not resume.
+    with pytest.raises(ValueError, match="population"):
+        run_population_search(_config(population=6), tmp_path / "cut", resume=True, data=fake_data, plot=False,
+                              log=lambda m: None)
+
+
+def test_another_seed_gives_another_search(fake_data, tmp_path: Path):
+    config = _config()
+    config.search.epochs = 2
+    a = run_population_search(config, tmp_path / "a", data=fake_data, plot=False, log=lambda m: None)
+    config.search.seed = 5
+    b = run_population_search(config, tmp_path / "b", data=fake_data, plot=False, log=lambda m: None)
+    assert _without_times(a.metrics) != _without_times(b.metrics)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"population": 1}, "population"),
+    ({"population_procs": 5}, "population-procs|population_procs"),
+    ({"exploit_every": 0}, "exploit"),
+    ({"quantile": 0.7}, "quantile"),
+    ({"resample_prob": -0.1}, "resample_prob"),
+])
+def test_bad_population_settings(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        _config(**kwargs).validate()
+
+
+def test_compile_and_other_objectives_are_refused():
+    config = _config()
+    config.search.compile = True
+    with pytest.raises(ValueError, match="compile"):
+        config.validate()
+    config = _config()
+    config.search.objective = "teacher"
+    with pytest.raises(ValueError, match="objective"):
+        config.validate()
+
+
+@pytest.mark.parametrize("extra, said", [
+    (["--objective", "population", "--prior-decay", "1"], "--prior-decay 1.0 does not apply to --objective population"),
+    (["--objective", "population", "--hparam-lr", "0.1"], "--hparam-lr"),
+    (["--population", "4"], "--population 4 applies to --objective population only"),
+    (["--objective", "teacher", "--exploit-every", "2"], "--exploit-every"),
+    (["--objective", "population", "--population", "2", "--population-procs", "3"], "population-procs"),
+])
+def test_command_line_refuses_options_of_the_other_objectives(tmp_path: Path, capsys, extra, said):
+    args = ["search", "--data-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o"), "--device", "cpu", *extra]
+    assert main(args) == 2
+    assert said in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_population_needs_two_members(tmp_path: Path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["search", "--data-dir", "d", "--out", str(tmp_path / "o"), "--objective", "population",
+              "--population", "1"])
+    assert e.value.code == 2
+    assert "at least 2 members" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_worker_processes_give_the_in_process_search(fake_data, tmp_path: Path):
+    # Spawned processes import torch afresh (about 5 s each on a small machine): marked slow.
+    local = run_population_search(_config(), tmp_path / "local", data=fake_data, plot=False, log=lambda m: None)
+    spawned = run_population_search(_config(population_procs=2), tmp_path / "procs", data=fake_data, plot=False,
+                                    log=lambda m: None)
+    np.testing.assert_array_equal(spawned.schedule.prob, local.schedule.prob)
+    np.testing.assert_array_equal(spawned.schedule.mag, local.schedule.mag)
+    assert _without_times(spawned.metrics) == _without_times(local.metrics)
