@@ -42,7 +42,7 @@ def response(search_dir: Path, images: int, batch_size: int, data_dir: str | Non
         if isinstance(fields.get(key), list):
             fields[key] = tuple(fields[key])
     config = loop.SearchConfig(**fields)
-    train, val, _ = loop._load_data(config)
+    train, val, _ = loop.load_search_data(config)
     search = loop._Search(config, train, val, log=lambda m: None)
     search.load_state_dict(state, search_dir / loop.CHECKPOINT_FILE)
     # A class-mixed subset (the split is sorted by class, and batch norm uses batch statistics).

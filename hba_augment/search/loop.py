@@ -97,8 +97,10 @@ __all__ = [
     "baseline_augment",
     "describe_device",
     "hypergradient_consistency",
+    "load_search_data",
     "lr_at",
     "run_search",
+    "training_provenance",
 ]
 
 SCHEDULE_FILE = "schedule.json"
@@ -348,7 +350,9 @@ def _frozen_bn_statistics(model: nn.Module) -> Iterator[None]:
             m.track_running_stats = s
 
 
-def _load_data(config: SearchConfig) -> tuple[Any, Any, str]:
+def load_search_data(config: SearchConfig) -> tuple[Any, Any, str]:
+    """The search's training and validation splits of ``config``'s dataset (class-balanced, held-out
+    training images for validation) and a description of where they came from, ``(train, val, source)``."""
     from hba_augment.datasets import load_dataset, reduced_split
 
     full = load_dataset(config.dataset, config.data_dir, split="train", image_size=config.image_size,
@@ -403,6 +407,14 @@ def hypergradient_consistency(moments: Tensor, steps: int) -> tuple[float, float
 
 
 # --------------------------------------------------------------------------------------------- search
+def training_provenance(cfg: SearchConfig) -> dict[str, Any]:
+    """The training settings a schedule's provenance records, the same for every objective (the
+    networks trained during a search: preset, batch, learning-rate schedule, SGD, weight decay)."""
+    return {"preset": cfg.preset, "batch_size": cfg.batch_size, "lr": cfg.lr, "lr_schedule": cfg.lr_schedule,
+            "lr_milestones": list(cfg.lr_milestones), "momentum": cfg.momentum, "nesterov": cfg.nesterov,
+            "wd": cfg.wd}
+
+
 class _Search(_runner.WorkerBase):
     """State and steps of one search (kept in one object so that checkpointing is one place)."""
 
@@ -781,14 +793,7 @@ class _Search(_runner.WorkerBase):
             "device": describe_device(self.device),
             "package_version": __version__,
             "command": command,
-            "preset": cfg.preset,
-            "batch_size": cfg.batch_size,
-            "lr": cfg.lr,
-            "lr_schedule": cfg.lr_schedule,
-            "lr_milestones": list(cfg.lr_milestones),
-            "momentum": cfg.momentum,
-            "nesterov": cfg.nesterov,
-            "wd": cfg.wd,
+            **training_provenance(cfg),
             "hparam_lr": cfg.hparam_lr,
             "sigma": cfg.sigma,
             "t_train": cfg.t_train,
@@ -937,7 +942,7 @@ def run_search(
         config, out_dir, lambda train, val, log: _Search(config, train, val, log), what="search",
         file_names={"schedule": SCHEDULE_FILE, "metrics": METRICS_FILE, "plot": PLOT_FILE, "checkpoint": CHECKPOINT_FILE},
         guarded=("schedule", "checkpoint"), records_file="metrics",
-        load=(lambda: _load_data(config)) if data is None else (lambda: (*data, "in-memory data passed to run_search")),
+        load=(lambda: load_search_data(config)) if data is None else (lambda: (*data, "in-memory data passed to run_search")),
         introduce=introduce, report=report, seconds_key="epoch_seconds", desc="search", unit="it", resume=resume,
         command=command, progress=progress, log=log, on_epoch_end=on_epoch_end, notes=notes,
     )

@@ -62,7 +62,8 @@ from hba_augment.search.loop import (
     SearchConfig,
     SearchDivergedError,
     SearchResult,
-    _load_data,
+    load_search_data,
+    training_provenance,
 )
 from hba_augment.search.priors import prior_policy
 
@@ -398,14 +399,7 @@ def _provenance(config: PopulationConfig, history: _History, train: Any, val: An
         "explore": {"resample_prob": config.resample_prob, "max_shift": config.max_shift,
                     "levels": pbt.EXPLORE_LEVELS},
         "truncation_quantile": config.quantile,
-        "preset": cfg.preset,
-        "batch_size": cfg.batch_size,
-        "lr": cfg.lr,
-        "lr_schedule": cfg.lr_schedule,
-        "lr_milestones": list(cfg.lr_milestones),
-        "momentum": cfg.momentum,
-        "nesterov": cfg.nesterov,
-        "wd": cfg.wd,
+        **training_provenance(cfg),
         "init": cfg.init,
         "amp": cfg.amp,
         "channels_last": cfg.channels_last,
@@ -462,7 +456,7 @@ def run_population_search(
             log(f"warning: {missing}; {PLOT_FILE} will not be written")
             plot = False
     if data is None:
-        train, val, source = _load_data(cfg)
+        train, val, source = load_search_data(cfg)
     else:
         train, val = data
         source = "in-memory data passed to run_population_search"
