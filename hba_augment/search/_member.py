@@ -102,9 +102,10 @@ class _Member:
         w, cfg, dev = self.worker, self.worker.config, self.worker.device
         sums = {k: torch.zeros((), dtype=torch.float64, device=dev) for k in ("loss", "correct", "n")}
         for _ in range(epochs):
-            perm = torch.randperm(w.n_train, generator=self.g_data)
+            # One copy to the device per epoch, not one per step (the order stays the CPU generator's, so a
+            # member's data order does not depend on the device).
+            perm = torch.randperm(w.n_train, generator=self.g_data).to(dev)
             for idx in perm.split(cfg.batch_size):
-                idx = idx.to(dev, non_blocking=True)
                 x, y = w.train_x[idx], w.train_y[idx]
                 # The policy is valid by construction; checking it on a GPU would wait for the device.
                 x = functional.augment(x, self.prob, self.mag, cfg.count_probs, generator=self.g_aug,
