@@ -370,11 +370,11 @@ class HBAPolicy(torch.nn.Module):
     ) -> Any:
         """``img`` ``[..., C, H, W]`` (a video: ``[..., T, C, H, W]`` with ``frames = T``), one draw per
         image (video); with ``return_matrices``, also the ``(N, 2, 3)`` geometry of its N images."""
+        # Only what the reshape below needs or would hide: the rank and, on the original shape, the channels
+        # (a flattened channels-last video would pass). augment() checks the rest (dtype, float range) once.
         if img.ndim < 3:
             raise ValueError(f"image tensors must have shape [..., C, H, W], got {tuple(img.shape)}")
-        if img.dtype != torch.uint8 and not img.dtype.is_floating_point:
-            raise ValueError(f"image tensors must be uint8 or floating point, got dtype {img.dtype}")
-        check_channels(img.shape, "image tensors")  # before the reshape, which would hide an HWC shape
+        check_channels(img.shape, "image tensors")
         batch = img.reshape(math.prod(img.shape[:-3]), *img.shape[-3:])  # (-1 is ambiguous without pixels)
         out = self._augment_batch(batch, generator, fill, frames=frames, return_matrices=return_matrices)
         if return_matrices:
