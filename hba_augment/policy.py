@@ -228,7 +228,7 @@ class HBAPolicy(torch.nn.Module):
         # Shared memory: forked workers map the same page, spawned workers receive it through torch's
         # multiprocessing pickler, so set_epoch in the main process reaches every worker.
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
-        self._cache: dict[torch.device, tuple[int, Tensor, Tensor]] = {}
+        self._cache: dict[torch.device, tuple[tuple[int, int | None], Tensor, Tensor]] = {}
 
     # ------------------------------------------------------------------ epochs
     @property
@@ -251,12 +251,13 @@ class HBAPolicy(torch.nn.Module):
     def policy_at(self, device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
         """``(prob, mag)`` of the current epoch as float32 ``(2, 15)`` tensors on ``device`` (cached)."""
         device = torch.device(device)
-        # Both were checked on the way in (set_epoch, the constructor): not again for every image.
-        index = self.schedule._index(self.epoch, self.total_epochs)
+        # Keyed by what picks the entry, so that an image of the same epoch does not ask the schedule again;
+        # both were checked on the way in (set_epoch, the constructor), not again for every image.
+        key = (self.epoch, self.total_epochs)
         cached = self._cache.get(device)
-        if cached is None or cached[0] != index:
-            prob, mag = self.schedule._entry(index)
-            cached = (index, prob.to(device), mag.to(device))
+        if cached is None or cached[0] != key:
+            prob, mag = self.schedule._entry(self.schedule._index(*key))
+            cached = (key, prob.to(device), mag.to(device))
             self._cache[device] = cached
         return cached[1], cached[2]
 

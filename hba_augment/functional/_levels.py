@@ -12,7 +12,7 @@ from torch import Tensor
 from torchvision.transforms import InterpolationMode
 
 from ._kernels import KernelContext
-from ._validation import Fill, fill_levels, interpolation_mode
+from ._validation import Fill, kernel_arguments
 
 __all__ = ["compute_dtype", "from_levels", "kernel_context", "to_levels"]
 
@@ -56,9 +56,5 @@ def kernel_context(
     """Validate ``fill`` and ``interpolation`` for the ``(B, C, H, W)`` images ``batch`` and return the
     kernels' context (quantize mode for uint8 images)."""
     uint8 = batch.dtype == torch.uint8
-    return KernelContext(
-        quantize=uint8,
-        fill=fill_levels(fill, batch.shape[1], uint8, batch.device, compute_dtype(batch.dtype)),
-        mode=interpolation_mode(interpolation),
-        generator=generator,
-    )
+    levels, mode = kernel_arguments(fill, interpolation, batch.shape[1], uint8, batch.device, compute_dtype(batch.dtype))
+    return KernelContext(quantize=uint8, fill=levels, mode=mode, generator=generator)

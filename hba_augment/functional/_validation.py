@@ -24,6 +24,7 @@ __all__ = [
     "check_magnitude",
     "fill_levels",
     "interpolation_mode",
+    "kernel_arguments",
 ]
 
 _MODES = {InterpolationMode.NEAREST: "nearest", InterpolationMode.BILINEAR: "bilinear"}
@@ -169,6 +170,15 @@ def fill_levels(
     if all(v == 0.0 for v in values):
         return None
     return _fill_tensor(tuple(values), 1.0 if uint8 else 255.0, device, dtype)
+
+
+def kernel_arguments(
+    fill: Fill, interpolation: InterpolationMode | str | int, channels: int, uint8: bool, device: torch.device,
+    dtype: torch.dtype,
+) -> tuple[Tensor | None, str]:
+    """:func:`fill_levels` and :func:`interpolation_mode` in one call, in that order: the checks of
+    ``_levels.kernel_context``, made with one trip into this module."""
+    return fill_levels(fill, channels, uint8, device, dtype), interpolation_mode(interpolation)
 
 
 @functools.lru_cache(maxsize=32)
