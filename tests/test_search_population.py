@@ -327,3 +327,30 @@ def test_worker_processes_give_the_in_process_search(fake_data, tmp_path: Path):
     np.testing.assert_array_equal(spawned.schedule.prob, local.schedule.prob)
     np.testing.assert_array_equal(spawned.schedule.mag, local.schedule.mag)
     assert _without_times(spawned.metrics) == _without_times(local.metrics)
+
+
+def test_a_worker_process_stops_when_its_driver_is_gone(fake_data, monkeypatch):
+    """``serve`` in this process, with an inbox that stays empty and a parent reported dead: it returns
+    (instead of waiting for a ``None`` that a killed driver never sends) after announcing itself."""
+    import queue as queue_module
+
+    from hba_augment.search import _member
+
+    class _Dead:
+        def is_alive(self) -> bool:
+            return False
+
+    class _Empty:
+        def get(self, timeout=None):
+            raise queue_module.Empty
+
+    answers = []
+
+    class _Out:
+        def put(self, item):
+            answers.append(item)
+
+    monkeypatch.setattr(_member.multiprocessing, "parent_process", lambda: _Dead())
+    as_numpy = [(d.images.numpy(), d.labels.numpy(), d.classes) for d in fake_data]
+    _member.serve(_config().search, *as_numpy, [0], 1, _Empty(), _Out())
+    assert answers == [("ready", [0])]

@@ -17,6 +17,8 @@ tensor on the host until its end (losses and hits are summed on the device).
 from __future__ import annotations
 
 import math
+import multiprocessing
+import queue
 import time
 import traceback
 from pathlib import Path
@@ -33,6 +35,8 @@ from hba_augment.models import create_model
 __all__ = ["Worker", "member_seed", "serve"]
 
 _EVAL_BATCH = 500
+# How often an idle worker process checks that its driver is still there.
+_PARENT_CHECK_SECONDS = 5.0
 
 
 def member_seed(seed: int, member: int, stream: int) -> int:
@@ -228,7 +232,14 @@ def serve(config: Any, train: tuple[np.ndarray, np.ndarray, list[str]], val: tup
         worker = Worker(config, train, val, members)
         results.put(("ready", members))
         while True:
-            job = tasks.get()
+            try:
+                job = tasks.get(timeout=_PARENT_CHECK_SECONDS)
+            except queue.Empty:
+                # A driver killed without a chance to send None (SIGTERM, SIGKILL) must not leave its
+                # members training on: stop once it is gone.
+                if not multiprocessing.parent_process().is_alive():
+                    return
+                continue
             if job is None:
                 return
             results.put(("ok", worker.run_round(job)))
