@@ -228,7 +228,7 @@ class HBAPolicy(torch.nn.Module):
         # Shared memory: forked workers map the same page, spawned workers receive it through torch's
         # multiprocessing pickler, so set_epoch in the main process reaches every worker.
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
-        self._cache: dict[torch.device, tuple[tuple[int, int | None], Tensor, Tensor]] = {}
+        self._cache: dict[torch.device, tuple[Schedule, tuple[int, int | None], Tensor, Tensor]] = {}
 
     # ------------------------------------------------------------------ epochs
     @property
@@ -253,13 +253,14 @@ class HBAPolicy(torch.nn.Module):
         device = torch.device(device)
         # Keyed by what picks the entry, so that an image of the same epoch does not ask the schedule again;
         # both were checked on the way in (set_epoch, the constructor), not again for every image.
+        # The schedule object itself is part of the key (compared by identity), so one assigned later is used.
         key = (self.epoch, self.total_epochs)
         cached = self._cache.get(device)
-        if cached is None or cached[0] != key:
+        if cached is None or cached[0] is not self.schedule or cached[1] != key:
             prob, mag = self.schedule._entry(self.schedule._index(*key))
-            cached = (key, prob.to(device), mag.to(device))
+            cached = (self.schedule, key, prob.to(device), mag.to(device))
             self._cache[device] = cached
-        return cached[1], cached[2]
+        return cached[2], cached[3]
 
     # ------------------------------------------------------------------ transform
     def forward(self, *inputs: Any, generator: torch.Generator | None = None) -> Any:

@@ -713,3 +713,16 @@ def test_range_ends_run(end):
     torch.manual_seed(11)
     out = policy(x)
     assert out.shape == x.shape and changed(out, x).any()
+
+
+def test_a_schedule_assigned_later_is_used(cifar_images):
+    """The per-device policy cache is keyed by the schedule too: assigning another one takes effect."""
+    from hba_augment import Schedule
+    from hba_augment.functional import OPS
+
+    policy = HBAPolicy("cifar10")
+    before = policy.policy_at("cpu")
+    mag = np.array([[spec.low if spec.has_magnitude else np.nan for spec in OPS]] * 2)
+    policy.schedule = Schedule.constant(np.zeros((2, 15)), mag, name="none")
+    prob, _ = policy.policy_at("cpu")
+    assert not torch.equal(prob, before[0]) and torch.count_nonzero(prob) == 0
