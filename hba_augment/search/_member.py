@@ -10,8 +10,9 @@ Everything random in a member comes from its own generators, seeded from ``(seed
 its state file, so a search does not depend on how members are spread over processes. A member's
 training steps are the search's (:mod:`~hba_augment.search.loop`) without hyper-layers: its policy on
 uint8 images on the device (:func:`hba_augment.functional.augment`), then standardisation, flip, crop and
-Cutout, SGD with Nesterov momentum at the search's learning-rate schedule. Nothing in a round reads a
-tensor on the host until its end (losses and hits are summed on the device).
+Cutout, SGD with Nesterov momentum at the search's learning-rate schedule. Within a round the host waits
+for the device twice: at the first step, where ``augment`` checks the round's new policy (once: checked
+policies are remembered), and at the end (losses and hits are summed on the device).
 """
 
 from __future__ import annotations
@@ -111,9 +112,9 @@ class _Member:
             perm = torch.randperm(w.n_train, generator=self.g_data).to(dev)
             for idx in perm.split(cfg.batch_size):
                 x, y = w.train_x[idx], w.train_y[idx]
-                # The policy is valid by construction; checking it on a GPU would wait for the device.
-                x = functional.augment(x, self.prob, self.mag, cfg.count_probs, generator=self.g_aug,
-                                       check_policy=dev.type == "cpu")
+                # Checked (one wait for the device per round, at its first step): a checked policy tensor is
+                # remembered with its warp maps and tables, which an unchecked one would rebuild every step.
+                x = functional.augment(x, self.prob, self.mag, cfg.count_probs, generator=self.g_aug)
                 x = _runner.baseline_augment(w.normalise(x), flip=cfg.flip, crop_padding=cfg.crop_padding,
                                              cutout=cfg.cutout, generator=self.g_aug)
                 for group in self.opt.param_groups:
