@@ -84,3 +84,20 @@ def test_policy_quality_starts_no_run_that_cannot_finish(data_dir: Path, tmp_pat
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300)
     assert proc.returncode == 1 and "not started: 60 s of --timeout left" in proc.stdout
     assert "no run finished" in proc.stdout and not (tmp_path / "runs").exists()
+
+
+def test_a_split_asks_only_for_the_runs_it_has_left(tmp_path: Path):
+    """Slots go to unfinished runs: the second call of the H100 campaign gave the test split one slot per
+    run it still needed, not one per planned run (which had left the other split one slot)."""
+    import argparse
+
+    plan = {**_TINY, "evals": {"val": {"seeds": [0, 1], "test_size": 64, "policies": ["start:s", "hba:s", "pba"]}}}
+    campaign = gpu_campaign.Campaign(plan, argparse.Namespace(out=str(tmp_path), data_root=str(tmp_path), budget=1.0))
+    policies = plan["evals"]["val"]["policies"]
+    assert campaign.runs_left("val", policies) == 6
+    records = tmp_path / "val" / "results"
+    records.mkdir(parents=True)
+    for name in ("start-s-seed0.json", "start-s-seed1.json", "pba-seed1.json"):
+        (records / name).write_text("{}")
+    assert campaign.runs_left("val", policies) == 3
+    assert campaign.runs_left("val", ["start:s"]) == 0
