@@ -41,10 +41,18 @@ from hba_augment.functional import OPS  # noqa: E402
 
 
 def import_base(commit: str, folder: Path):
-    """``hba_augment`` at ``commit``, imported as ``hba_base`` from ``folder``."""
-    archive = subprocess.run(
-        ["git", "archive", "--format=tar", commit, "hba_augment"], cwd=HERE.parent, capture_output=True, check=True
-    ).stdout
+    """``hba_augment`` at ``commit``, imported as ``hba_base`` from ``folder``.
+
+    ``commit`` may also be the path of a tar file made by ``git archive --format=tar -o FILE COMMIT
+    hba_augment``: the lent GPU's copy of the repository has no git, so the base travels as such a file.
+    """
+    if Path(commit).is_file():
+        archive = Path(commit).read_bytes()
+    else:
+        archive = subprocess.run(
+            ["git", "archive", "--format=tar", commit, "hba_augment"], cwd=HERE.parent, capture_output=True,
+            check=True,
+        ).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(folder, filter="data")
     (folder / "hba_augment").rename(folder / "hba_base")

@@ -117,7 +117,8 @@ def device_rows(images: torch.Tensor, base, passes: int, device: torch.device) -
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--base", required=True, help="git commit to compare the working tree with")
+    parser.add_argument("--base", required=True,
+                        help="git commit to compare the working tree with, or a tar of it made by git archive (no git)")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--size", type=int, default=32)
     parser.add_argument("--passes", type=int, default=200)
