@@ -53,6 +53,7 @@ __all__ = [
     "config_to_dict",
     "describe_device",
     "drive",
+    "evaluate_model",
     "fingerprint",
     "lr_at",
     "open_run",
@@ -693,3 +694,41 @@ def drive(
     finally:
         worker.close()
     return worker, out, files, command, log
+
+
+@torch.no_grad()
+def evaluate_model(model: nn.Module, images: Tensor, labels: Tensor, normalise: Callable[[Tensor], Tensor],
+                   *, batch_size: int = 500, channels_last: bool = False, amp: bool = False,
+                   dist_context: _distributed.DistContext = _distributed.SINGLE) -> tuple[float, float]:
+    """Mean cross-entropy and error (percent) of ``model`` in eval mode on uint8 ``images`` ``(N, C, H, W)``:
+    the trainer's test and the population search's scoring of its members.
+
+    ``images`` and ``labels`` must be on the model's device; ``normalise`` maps uint8 to model input.
+    The model's training mode is restored afterwards.
+
+    Args:
+        dist_context: with several processes, each evaluates its round-robin share of the batches
+            (:func:`hba_augment._distributed.eval_batches`) and the sums are added up, so every image
+            counts exactly once, in the batch it would have in a single-process run; every rank gets the
+            result. ``images``, ``labels`` and the model must then be the same on every rank.
+    """
+    was_training = model.training
+    model.eval()
+    dev = images.device
+    loss_sum = torch.zeros((), dtype=torch.float64, device=dev)
+    wrong = torch.zeros((), dtype=torch.int64, device=dev)
+    try:
+        for start, stop in _distributed.eval_batches(len(labels), batch_size, dist_context):
+            x = normalise(images[start:stop])
+            y = labels[start:stop]
+            if channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
+                logits = model(x)
+            loss_sum += F.cross_entropy(logits.float(), y, reduction="sum")
+            wrong += (logits.argmax(1) != y).sum()
+    finally:
+        model.train(was_training)
+    _distributed.all_reduce_sum([loss_sum, wrong], dist_context)
+    n = len(labels)
+    return float(loss_sum) / n, 100.0 * float(wrong) / n

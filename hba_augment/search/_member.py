@@ -35,7 +35,6 @@ from hba_augment.models import create_model
 
 __all__ = ["Worker", "member_seed", "serve"]
 
-_EVAL_BATCH = 500
 # How often an idle worker process checks that its driver is still there.
 _PARENT_CHECK_SECONDS = 5.0
 
@@ -134,23 +133,13 @@ class _Member:
             self.epoch += 1
         return sums
 
-    @torch.no_grad()
-    def evaluate(self) -> dict[str, Tensor]:
-        """Loss and hits on the clean validation images (eval mode: the running statistics)."""
-        w, dev = self.worker, self.worker.device
-        sums = {k: torch.zeros((), dtype=torch.float64, device=dev) for k in ("loss", "correct")}
-        self.model.eval()
-        try:
-            for start in range(0, w.n_val, _EVAL_BATCH):
-                x = w.layout(w.normalise(w.val_x[start : start + _EVAL_BATCH]))
-                y = w.val_y[start : start + _EVAL_BATCH]
-                with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=w.config.amp):
-                    logits = self.model(x).float()
-                sums["loss"] += F.cross_entropy(logits, y, reduction="sum")
-                sums["correct"] += (logits.argmax(1) == y).sum()
-        finally:
-            self.model.train()
-        return sums
+    def evaluate(self) -> tuple[float, float]:
+        """Loss and accuracy on the clean validation images (eval mode: the running statistics), read on the
+        host: once per round."""
+        w = self.worker
+        loss, error = _runner.evaluate_model(self.model, w.val_x, w.val_y, w.normalise, channels_last=w.channels_last,
+                                             amp=w.config.amp)
+        return loss, 1.0 - error / 100.0
 
 
 class Worker:
@@ -169,7 +158,7 @@ class Worker:
         self.num_classes = len(train.classes)
         self.train_x, self.train_y = train.images.to(dev), train.labels.to(dev)
         self.val_x, self.val_y = val.images.to(dev), val.labels.to(dev)
-        self.n_train, self.n_val = len(self.train_y), len(self.val_y)
+        self.n_train = len(self.train_y)
         self.normalise = _runner.standardisation(train.images, dev)
         self.steps_per_epoch = math.ceil(self.n_train / config.batch_size)
         self.channels_last = dev.type == "cpu" if config.channels_last is None else bool(config.channels_last)
@@ -198,17 +187,15 @@ class Worker:
             member = self.members[task["member"]]
             start = time.perf_counter()
             train = member.train_epochs(task["epochs"])
-            val = member.evaluate()
-            # The round's one read of device values.
+            val_loss, val_acc = member.evaluate()  # the round's reads of device values
             t = {k: float(v) for k, v in train.items()}
-            v = {k: float(x) for k, x in val.items()}
             member.save(Path(task["save"]))
             record = {
                 "member": member.index,
                 "train_loss": t["loss"] / t["n"],
                 "train_acc": t["correct"] / t["n"],
-                "val_loss": v["loss"] / self.n_val,
-                "val_acc": v["correct"] / self.n_val,
+                "val_loss": val_loss,
+                "val_acc": val_acc,
                 "seconds": time.perf_counter() - start,
             }
             record["finite"] = math.isfinite(record["train_loss"]) and math.isfinite(record["val_loss"])
