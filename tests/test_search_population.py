@@ -158,6 +158,23 @@ def test_rounds_scale_pbas_interval():
         pbt.round_starts(7, 0)
 
 
+def test_ranking_is_the_one_order_of_members():
+    """Best first, NaN last, ties to the lower index: the order selection and the final best member share."""
+    assert pbt.ranking([0.5, float("nan"), 0.7, 0.5, 0.9]) == [4, 2, 0, 3, 1]
+    assert pbt.ranking([0.3, 0.3]) == [0, 1]
+    with pytest.raises(ValueError, match="1-D"):
+        pbt.ranking([[0.1, 0.2]])
+
+
+@pytest.mark.parametrize(("setting", "value", "match"), [
+    ("resample_prob", 1.5, "resample_prob"), ("max_shift", -1, "max_shift"), ("levels", 0, "levels"),
+    ("quantile", 0.6, "quantile"), ("max_shift", True, "max_shift"),
+])
+def test_bad_population_settings_are_named(setting, value, match):
+    with pytest.raises(ValueError, match=match):
+        pbt.check_settings(**{setting: value})
+
+
 # --------------------------------------------------------------------------------------- whole searches
 def _fake_cifar(root: Path, per_batch: int = 16) -> Path:
     """A CIFAR-10 folder of 5 x ``per_batch`` random images (class-coloured, so that there is something to

@@ -30,10 +30,12 @@ __all__ = [
     "EXPLORE_MAX_SHIFT",
     "EXPLORE_RESAMPLE_PROB",
     "TRUNCATION_QUANTILE",
+    "check_settings",
     "default_exploit_every",
     "explore",
     "lineage",
     "mag_fractions",
+    "ranking",
     "round_starts",
     "truncation_selection",
 ]
@@ -129,17 +131,40 @@ def explore(
         ValueError: a policy of the wrong shape or out of range, or bad settings (named).
     """
     prob, mag = _check_policy(prob, mag)
-    if not (isinstance(resample_prob, (int, float)) and 0.0 <= resample_prob <= 1.0):
-        raise ValueError(f"resample_prob must be a number in [0, 1], got {resample_prob!r}")
-    for name, value, low in (("max_shift", max_shift, 0), ("levels", levels, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    check_settings(resample_prob=resample_prob, max_shift=max_shift, levels=levels)
     new_prob = _explore_fractions(prob, rng, resample_prob, max_shift, levels)
     frac = _explore_fractions(mag_fractions(mag), rng, resample_prob, max_shift, levels)
     new_mag = mag.copy()
     # Clipped again in value space: lo + (hi - lo) * 1.0 may round a hair past hi.
     new_mag[:, _MAG] = np.clip(_LOW + (_HIGH - _LOW) * frac, _LOW, _HIGH)
     return new_prob, new_mag
+
+
+def ranking(scores: Sequence[float]) -> list[int]:
+    """Member indices from best to worst: higher scores first, a NaN score last, ties to the lower index (so
+    that every choice made from the ranking is reproducible). ``ranking(scores)[0]`` is the best member.
+
+    Raises:
+        ValueError: ``scores`` is not a 1-D sequence of numbers.
+    """
+    values = np.asarray(scores, dtype=np.float64)
+    if values.ndim != 1:
+        raise ValueError(f"scores must be a 1-D sequence of numbers, got shape {values.shape}")
+    keyed = np.where(np.isnan(values), -np.inf, values)
+    return sorted(range(len(values)), key=lambda i: (-keyed[i], i))
+
+
+def check_settings(*, resample_prob: float = EXPLORE_RESAMPLE_PROB, max_shift: int = EXPLORE_MAX_SHIFT,
+                   levels: int = EXPLORE_LEVELS, quantile: float = TRUNCATION_QUANTILE) -> None:
+    """Raise ``ValueError`` naming the first bad explore or exploit setting (see :func:`explore` and
+    :func:`truncation_selection` for the ranges)."""
+    if not (isinstance(resample_prob, (int, float)) and 0.0 <= resample_prob <= 1.0):
+        raise ValueError(f"resample_prob must be a number in [0, 1], got {resample_prob!r}")
+    for name, value, low in (("max_shift", max_shift, 0), ("levels", levels, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    if not (isinstance(quantile, (int, float)) and 0.0 < quantile <= 0.5):
+        raise ValueError(f"quantile must be a number in (0, 0.5], got {quantile!r}")
 
 
 def truncation_selection(
@@ -162,17 +187,12 @@ def truncation_selection(
     Raises:
         ValueError: a bad quantile or a score that is not a number.
     """
-    if not (isinstance(quantile, (int, float)) and 0.0 < quantile <= 0.5):
-        raise ValueError(f"quantile must be a number in (0, 0.5], got {quantile!r}")
-    values = np.asarray(scores, dtype=np.float64)
-    if values.ndim != 1:
-        raise ValueError(f"scores must be a 1-D sequence of numbers, got shape {values.shape}")
-    n = len(values)
+    check_settings(quantile=quantile)
+    order = ranking(scores)
+    n = len(order)
     q = min(math.ceil(n * quantile), n // 2)
     if q == 0:
         return []
-    keyed = np.where(np.isnan(values), -np.inf, values)
-    order = sorted(range(n), key=lambda i: (-keyed[i], i))
     top, bottom = order[:q], order[n - q:]
     return [(loser, int(top[rng.integers(q)])) for loser in sorted(bottom)]
 

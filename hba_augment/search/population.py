@@ -133,10 +133,7 @@ class PopulationConfig:
         if self.search.objective != "hypernetwork":
             raise ValueError(f"the population search has no objective of its own to combine with, got objective "
                              f"{self.search.objective!r} in its SearchConfig (leave it at 'hypernetwork')")
-        # Bad explore settings are named by explore() and truncation_selection() themselves.
-        pbt.explore(*prior_policy("paper")[:2], np.random.default_rng(0), resample_prob=self.resample_prob,
-                    max_shift=self.max_shift)
-        pbt.truncation_selection([0.0, 1.0], np.random.default_rng(0), self.quantile)
+        pbt.check_settings(resample_prob=self.resample_prob, max_shift=self.max_shift, quantile=self.quantile)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-compatible values, the search's fields first (one flat record)."""
@@ -344,7 +341,7 @@ def _round_metrics(r: int, first: int, last: int, records: dict[int, dict[str, A
         "val_loss": [x["val_loss"] for x in members],
         "train_loss": [x["train_loss"] for x in members],
         "train_acc": [x["train_acc"] for x in members],
-        "best_member": max(range(n), key=lambda m: (val_acc[m], -m)),
+        "best_member": pbt.ranking(val_acc)[0],
         "best_val_acc": max(val_acc),
         "mean_val_acc": float(np.mean(val_acc)),
         "copies": [{"to": loser, "from": donor} for loser, donor in copies],
@@ -361,7 +358,7 @@ def _round_metrics(r: int, first: int, last: int, records: dict[int, dict[str, A
 def _schedule(config: PopulationConfig, history: _History, starts: list[int], provenance: dict[str, Any]) -> Schedule:
     """The best member's lineage as one entry per epoch."""
     final = history.val_acc[-1]
-    best = max(range(config.population), key=lambda m: (final[m], -m))
+    best = pbt.ranking(final)[0]
     chain = pbt.lineage(history.parents, best)
     epochs = config.search.epochs
     bounds = [*starts[1:], epochs]
