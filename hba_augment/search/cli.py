@@ -76,18 +76,16 @@ def _count_probs(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(f"expected probabilities in [0, 1] summing to 1, got {text!r} ({e})") from None
 
 
-#: Members of a population search when ``--population`` is not given.
-_POPULATION = 8
-# Options of the hypernetwork and teacher objectives, which a population search refuses when they are given
-# (its members have no lambda): (attribute, flag, the parser's default).
-_LAMBDA_OPTIONS = (("strategy", "--strategy", "first-bn"), ("hparam_lr", "--hparam-lr", None),
-                   ("sigma", "--sigma", 1.0), ("t_train", "--t-train", 2), ("t_val", "--t-val", 1),
-                   ("prior_decay", "--prior-decay", 0.0), ("hparam_accumulate", "--hparam-accumulate", 1),
-                   ("teacher_estimator", "--teacher-estimator", "applied"),
-                   ("teacher_weight", "--teacher-weight", 1.0), ("teacher_decay", "--teacher-decay", 0.99),
-                   ("val_bn", "--val-bn", "batch"), ("hyper_input", "--hyper-input", "hparams"))
-_POPULATION_OPTIONS = (("population", "--population"), ("exploit_every", "--exploit-every"),
-                       ("population_procs", "--population-procs"))
+# Options of the hypernetwork and teacher objectives (attribute names), which a population search refuses
+# when they differ from the parser's defaults: its members have no lambda.
+_LAMBDA_OPTIONS = ("strategy", "hparam_lr", "sigma", "t_train", "t_val", "prior_decay", "hparam_accumulate",
+                   "teacher_estimator", "teacher_weight", "teacher_decay", "val_bn", "hyper_input")
+# Options of the population search (default None: "not given"), which the other objectives refuse.
+_POPULATION_OPTIONS = ("population", "exploit_every", "population_procs")
+
+
+def _flag(attr: str) -> str:
+    return "--" + attr.replace("_", "-")
 
 
 def _population(text: str) -> int:
@@ -98,21 +96,23 @@ def _population(text: str) -> int:
     return value
 
 
-def check_objective_options(args: argparse.Namespace) -> None:
-    """Refuse options that the chosen ``--objective`` does not use.
+def check_objective_options(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> None:
+    """Refuse options that the chosen ``--objective`` does not use (``parser``: the one that parsed ``args``,
+    whose defaults tell what was given; default :func:`build_parser`).
 
     Raises:
         ValueError: naming the option and the objective.
     """
     if args.objective == "population":
-        for attr, flag, default in _LAMBDA_OPTIONS:
-            if getattr(args, attr) != default:
-                raise ValueError(f"{flag} {getattr(args, attr)} does not apply to --objective population (its "
+        parser = build_parser() if parser is None else parser
+        for attr in _LAMBDA_OPTIONS:
+            if getattr(args, attr) != parser.get_default(attr):
+                raise ValueError(f"{_flag(attr)} {getattr(args, attr)} does not apply to --objective population (its "
                                  "members have no lambda)")
     else:
-        for attr, flag in _POPULATION_OPTIONS:
+        for attr in _POPULATION_OPTIONS:
             if getattr(args, attr) is not None:
-                raise ValueError(f"{flag} {getattr(args, attr)} applies to --objective population only, not "
+                raise ValueError(f"{_flag(attr)} {getattr(args, attr)} applies to --objective population only, not "
                                  f"{args.objective!r}")
 
 
@@ -122,8 +122,8 @@ def population_config_from_args(args: argparse.Namespace, device: str,
     arguments: the search's settings (``search``, default :func:`config_from_args`) and the population's."""
     from hba_augment.search.population import PopulationConfig
 
-    return PopulationConfig(search=config_from_args(args, device) if search is None else search,
-                            population=_POPULATION if args.population is None else args.population,
+    given = {"population": args.population} if args.population is not None else {}  # else the config's default
+    return PopulationConfig(search=config_from_args(args, device) if search is None else search, **given,
                             exploit_every=args.exploit_every, population_procs=args.population_procs)
 
 
@@ -144,6 +144,8 @@ def _preset_table() -> str:
 
 def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     """The argument parser of ``hba-augment search``."""
+    from hba_augment.search.pbt import DEFAULT_POPULATION  # numpy only: --help stays free of torch
+
     datasets = ("cifar10", "cifar100", "svhn", "imagefolder")
     strategies = ("first-bn", "first-conv", "bn", "conv", "conv+bn", "all")
     p = argparse.ArgumentParser(
@@ -243,7 +245,7 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
         "the best final member's lineage. It costs N trainings side by side; the hypernetwork and\n"
         "teacher options do not apply.")
     g.add_argument("--population", type=_population, metavar="N",
-                   help=f"members, at least 2 (default: {_POPULATION})")
+                   help=f"members, at least 2 (default: {DEFAULT_POPULATION})")
     g.add_argument("--exploit-every", type=positive_int, metavar="E",
                    help="epochs per round of selection (default: PBA's 3 per 200 epochs, scaled to --epochs and "
                    "rounded, at least 1)")
@@ -309,7 +311,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "hba-augment search") ->
         return text if ctx.is_main else ""
 
     def _search(device: str) -> str:
-        check_objective_options(args)
+        check_objective_options(args, parser)
         config = config_from_args(args, device)
         if args.name is None:
             config.name = default_name(args.out, config.dataset, config.model)

@@ -26,6 +26,7 @@ import numpy as np
 from hba_augment._space import MAGNITUDE_OPS, NUM_COPIES, NUM_OPS, OP_RANGES
 
 __all__ = [
+    "DEFAULT_POPULATION",
     "EXPLORE_LEVELS",
     "EXPLORE_MAX_SHIFT",
     "EXPLORE_RESAMPLE_PROB",
@@ -46,6 +47,8 @@ EXPLORE_RESAMPLE_PROB = 0.2
 EXPLORE_MAX_SHIFT = 3
 #: Levels per range: a shift of one level moves a value by a tenth of its range.
 EXPLORE_LEVELS = 10
+#: Members of a population search when none is given: what one H100 trains side by side in a call.
+DEFAULT_POPULATION = 8
 #: PBT's truncation selection: the bottom quarter copies the top quarter.
 TRUNCATION_QUANTILE = 0.25
 # PBA perturbs every 3 epochs of a 200-epoch search.

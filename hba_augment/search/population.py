@@ -97,7 +97,7 @@ class PopulationConfig:
     """
 
     search: SearchConfig
-    population: int = 8
+    population: int = pbt.DEFAULT_POPULATION
     exploit_every: int | None = None
     population_procs: int | None = None
     resample_prob: float = pbt.EXPLORE_RESAMPLE_PROB
