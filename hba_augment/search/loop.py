@@ -96,6 +96,7 @@ __all__ = [
     "SearchResult",
     "baseline_augment",
     "describe_device",
+    "finite_provenance",
     "hypergradient_consistency",
     "load_search_data",
     "lr_at",
@@ -407,6 +408,12 @@ def hypergradient_consistency(moments: Tensor, steps: int) -> tuple[float, float
 
 
 # --------------------------------------------------------------------------------------------- search
+def finite_provenance(provenance: dict[str, Any]) -> dict[str, Any]:
+    """``provenance`` with its non-finite numbers as ``None`` (a schedule's provenance is strict JSON; a
+    search that ended without a validation loss, for one, records none)."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in provenance.items()}
+
+
 def training_provenance(cfg: SearchConfig) -> dict[str, Any]:
     """The training settings a schedule's provenance records, the same for every objective (the
     networks trained during a search: preset, batch, learning-rate schedule, SGD, weight decay)."""
@@ -815,7 +822,7 @@ class _Search(_runner.WorkerBase):
             "final_val_loss": self.records[-1]["val_loss"] if self.records else None,
             "final_val_acc": self.records[-1]["val_acc"] if self.records else None,
         }
-        provenance = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in provenance.items()}
+        provenance = finite_provenance(provenance)
         return Schedule(torch.stack(self.prob_history), torch.stack(self.mag_history), name=cfg.name,
                         count_probs=cfg.count_probs, provenance=provenance)
 

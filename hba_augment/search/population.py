@@ -62,6 +62,7 @@ from hba_augment.search.loop import (
     SearchConfig,
     SearchDivergedError,
     SearchResult,
+    finite_provenance,
     load_search_data,
     training_provenance,
 )
@@ -367,7 +368,7 @@ def _schedule(config: PopulationConfig, history: _History, starts: list[int], pr
     mag = np.stack([history.mag[r][chain[r]] for r in rounds])
     provenance = {**provenance, "best_member": best, "final_val_acc": final[best], "final_val_accs": final,
                   "lineage": chain}
-    provenance = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in provenance.items()}
+    provenance = finite_provenance(provenance)
     return Schedule(prob, mag, name=config.search.name, count_probs=config.search.count_probs, provenance=provenance)
 
 
