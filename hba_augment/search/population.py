@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import queue
 import shutil
 import time
 from collections.abc import Callable
@@ -236,8 +237,6 @@ class _Pool:
 
     def _receive(self, expected: str) -> Any:
         """The next answer of any process; raises the error a process reported, or that one died."""
-        import queue
-
         while True:
             try:
                 message = self.results.get(timeout=2.0)
