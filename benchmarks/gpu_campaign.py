@@ -4,7 +4,8 @@ A *campaign* is a plan file (``benchmarks/campaigns/<name>.json``) naming search
 options on top of common ones) and evaluations (policies x seeds, per split), all at one protocol. One
 invocation runs whatever of it is not done yet, as much as fits in ``--budget`` seconds:
 
-1. every search without a ``schedule.json`` starts at once (``hba-augment search``, each its own process);
+1. every search without a ``schedule.json`` starts at once (``hba-augment search``, each its own process), or
+   only those named by ``--search``;
 2. the evaluations whose schedules exist start beside them, through ``benchmarks/policy_quality.py`` (one
    invocation per split, so its records, reuse and tables are the benchmark's own);
 3. when a search finishes with enough time left (``--min-eval-seconds``), its own evaluations start;
@@ -162,7 +163,7 @@ class Campaign:
     def start_searches(self) -> list[str]:
         started = []
         for name, options in self.plan["searches"].items():
-            if (self.search_dir(name) / "schedule.json").exists():
+            if (self.search_dir(name) / "schedule.json").exists() or (self.args.search and name not in self.args.search):
                 continue
             cmd = [sys.executable, "-m", "hba_augment", "search", *self.search_argv(name, options),
                    "--device", self.args.device, "--resume", "--no-progress", "--no-plot"]
@@ -267,6 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start an evaluation only with at least this much budget left (default: 240)")
     p.add_argument("--max-procs", type=int, default=8, help="processes at a time, searches included (default: 8)")
     p.add_argument("--threads", type=int, default=2, help="torch threads per training (default: 2)")
+    p.add_argument("--search", action="append", metavar="NAME",
+                   help="start only this search of the plan (repeatable; default: every search without a schedule): "
+                   "a paper-scale population search needs the GPU to itself")
     p.add_argument("--out", help="campaign folder (default: benchmarks/results/<plan name>)")
     p.add_argument("--pack", help="write the campaign's files (no checkpoints) into this .tar.gz")
     p.add_argument("--prepare", action="store_true",
@@ -281,6 +285,10 @@ def main(argv: list[str] | None = None) -> int:
         plan = load_plan(args.plan)
     except (OSError, ValueError) as e:
         raise SystemExit(f"gpu_campaign: error: {e}") from None
+    unknown = sorted(set(args.search or ()) - set(plan["searches"]))
+    if unknown:
+        raise SystemExit(f"gpu_campaign: error: --search {unknown[0]!r} is not a search of {args.plan} "
+                         f"({', '.join(plan['searches'])})")
     campaign = Campaign(plan, args)
     if args.prepare:
         campaign.write_controls()

@@ -101,3 +101,17 @@ def test_a_split_asks_only_for_the_runs_it_has_left(tmp_path: Path):
         (records / name).write_text("{}")
     assert campaign.runs_left("val", policies) == 3
     assert campaign.runs_left("val", ["start:s"]) == 0
+
+
+def test_search_starts_only_the_named_searches(tmp_path: Path, monkeypatch):
+    """A paper-scale population search needs the GPU to itself: ``--search`` starts it alone."""
+    plan = {**_TINY, "searches": {"a": "--init paper", "s": "--init uniform:0.3"}}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    args = gpu_campaign.build_parser().parse_args([str(path), "--out", str(tmp_path / "c"), "--search", "s"])
+    campaign = gpu_campaign.Campaign(gpu_campaign.load_plan(path), args)
+    launched = []
+    monkeypatch.setattr(campaign, "launch", lambda label, cmd, log, slots=1: launched.append(label))
+    assert campaign.start_searches() == ["s"] and launched == ["search s"]
+    with pytest.raises(SystemExit, match="--search 'c' is not a search of"):
+        gpu_campaign.main([str(path), "--search", "c"])

@@ -1,0 +1,221 @@
+"""How much of a PBT schedule could be chance? A population search with no signal, against PBA's schedule.
+
+Issue 20's hypothesis: a population search learns where its members' validation accuracies say which policy
+trains the better network, but with a few members scored on a few thousand images every 3 epochs, those
+differences may be mostly noise (one binomial standard error at 80% accuracy on 5,000 images is 0.57
+points). Then the schedule it writes, the lineage of the final best member, is the path of PBA's explore
+step under random selection: a random walk in each hyperparameter, clipped at the ends of its range. From
+PBA's start (every probability and magnitude 0) a clipped walk can only drift up, so a *ramp* (little
+augmentation early, more later) needs no signal at all.
+
+This script runs that null model with the search's own steps (:mod:`hba_augment.search.pbt`: ``explore``,
+``truncation_selection``, ``lineage``): the population's scores are independent random numbers every
+round, so selection carries no information. It reports, over many replicates, the lineage's mean
+probability and mean magnitude fraction at a few epochs (mean and 5-95% band), beside the same numbers of
+PBA's published Reduced CIFAR-10 schedule (16 WRN-40-2 trials, 200 epochs; read in PBA's own level space:
+probability ``p / 10``, magnitude ``level / 10``), and, at the last epoch, how unequal the ops are (the
+standard deviation over the 15 ops of each op's mean probability over its two copies): with no signal, ops
+are exchangeable, so a learned preference for some ops shows as more spread than the null's.
+
+Where PBA's numbers lie inside the null's bands, that statistic of its schedule is what a search without
+signal also produces. No network is trained; it runs in seconds.
+
+Usage::
+
+    python benchmarks/pbt_null.py --replicates 1000 --out benchmarks/results/pbt_null.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from hba_augment._space import MAGNITUDE_OPS, NUM_COPIES, NUM_OPS, OP_RANGES
+from hba_augment.functional import OP_NAMES
+from hba_augment.search import pbt
+from hba_augment.search.priors import prior_policy
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from control_schedules import PBA_DIR, PBA_OPS, parse_pba_log
+
+REPO = Path(__file__).resolve().parents[1]
+#: PBA's Reduced CIFAR-10 search: 16 trials, 200 epochs, an exploit every 3 epochs.
+PBA_POPULATION, PBA_EPOCHS, PBA_EVERY = 16, 200, 3
+REPORT_EPOCHS = (0, 10, 25, 50, 100, 150, 199)
+#: A schedule's "ramp epoch": the first epoch whose mean probability (or magnitude fraction) reaches this.
+RAMP_LEVEL = 0.25
+
+
+def pba_fractions(path: Path = PBA_DIR / "rcifar10_16_wrn.txt", epochs: int = PBA_EPOCHS) -> tuple[np.ndarray, np.ndarray]:
+    """PBA's published schedule in its own level space: ``(prob, mag)`` fractions, ``(epochs, 2, 15)`` each, in
+    this package's op order; the three ops without a magnitude get NaN magnitudes."""
+    policies = np.asarray(parse_pba_log(path, epochs), dtype=np.float64).reshape(epochs, NUM_COPIES, len(PBA_OPS), 2)
+    order = [PBA_OPS.index(name) for name in OP_NAMES]  # PBA's op order -> this package's
+    prob = policies[:, :, order, 0] / 10.0
+    mag = policies[:, :, order, 1] / 10.0
+    mag[:, :, [k for k in range(NUM_OPS) if k not in MAGNITUDE_OPS]] = np.nan
+    return prob, mag
+
+
+def zero_start() -> tuple[np.ndarray, np.ndarray]:
+    """PBA's starting policy: every probability 0 and every magnitude at the low end of its range."""
+    prob = np.zeros((NUM_COPIES, NUM_OPS))
+    mag = np.full((NUM_COPIES, NUM_OPS), np.nan)
+    mag[:, list(MAGNITUDE_OPS)] = [OP_RANGES[k].low for k in MAGNITUDE_OPS]
+    return prob, mag
+
+
+def null_lineage(start_prob: np.ndarray, start_mag: np.ndarray, rng: np.random.Generator, *, population: int,
+                 epochs: int, every: int, explore_start: bool) -> tuple[np.ndarray, np.ndarray]:
+    """One population search whose scores are pure noise: the final best member's lineage, per epoch.
+
+    Args:
+        start_prob, start_mag: the starting policy, ``(2, 15)`` each (magnitudes in the ops' ranges).
+        rng: every draw (explore, scores, donors).
+        population: members.
+        epochs, every: the search's length and epochs per round.
+        explore_start: members 1.. start at explored copies of the start (this package's driver) instead of
+            at the start itself (PBA's).
+
+    Returns:
+        ``(prob, mag_fraction)``: ``(epochs, 2, 15)`` and ``(epochs, 2, 12)``.
+    """
+    prob = np.repeat(start_prob[None], population, axis=0)
+    mag = np.repeat(start_mag[None], population, axis=0)
+    if explore_start:
+        for m in range(1, population):
+            prob[m], mag[m] = pbt.explore(start_prob, start_mag, rng)
+    starts = pbt.round_starts(epochs, every)
+    plans_prob, plans_mag, parents = [prob.copy()], [mag.copy()], [list(range(population))]
+    for _ in starts[1:]:
+        copies = pbt.truncation_selection(rng.random(population), rng)
+        row = list(range(population))
+        for loser, donor in copies:
+            row[loser] = donor
+            prob[loser], mag[loser] = pbt.explore(plans_prob[-1][donor], plans_mag[-1][donor], rng)
+        parents.append(row)
+        plans_prob.append(prob.copy())
+        plans_mag.append(mag.copy())
+    best = int(rng.integers(population))  # the last scores are noise too
+    chain = pbt.lineage(parents, best)
+    bounds = [*starts, epochs]
+    lengths = [bounds[r + 1] - bounds[r] for r in range(len(starts))]
+    out_prob = np.concatenate([np.repeat(plans_prob[r][m][None], n, 0) for r, (m, n) in enumerate(zip(chain, lengths, strict=True))])
+    out_mag = np.concatenate([np.repeat(pbt.mag_fractions(plans_mag[r][m])[None], n, 0)
+                              for r, (m, n) in enumerate(zip(chain, lengths, strict=True))])
+    return out_prob, out_mag
+
+
+def ramp_epoch(mean: np.ndarray, level: float = RAMP_LEVEL) -> np.ndarray:
+    """The first epoch at which each row of ``mean`` (``(..., epochs)``) reaches ``level`` (``epochs`` if never)."""
+    reached = np.asarray(mean) >= level
+    return np.where(reached.any(axis=-1), reached.argmax(axis=-1), reached.shape[-1])
+
+
+def changes(prob: np.ndarray, mag: np.ndarray) -> int:
+    """How many times a per-epoch schedule ``(epochs, ...)`` changes its policy."""
+    flat = np.concatenate([np.asarray(prob).reshape(len(prob), -1), np.nan_to_num(np.asarray(mag)).reshape(len(mag), -1)], 1)
+    return int((np.diff(flat, axis=0) != 0).any(axis=1).sum())
+
+
+def op_spread(prob: np.ndarray) -> float:
+    """Standard deviation over the 15 ops of each op's probability averaged over its two copies."""
+    return float(np.asarray(prob).mean(axis=-2).std())
+
+
+def simulate(init: str, replicates: int, seed: int, *, population: int, explore_start: bool) -> dict[str, np.ndarray]:
+    """``replicates`` null searches from ``init`` (a ``--init`` name, or ``"zero"``: :func:`zero_start`): per-epoch mean probability and mean magnitude
+    fraction of each lineage, ``(replicates, epochs)``, and each one's last-epoch op spread and number of
+    policy changes."""
+    start_prob, start_mag = zero_start() if init == "zero" else prior_policy(init)[:2]
+    rng = np.random.default_rng(seed)
+    mean_prob, mean_mag, spread, changed = [], [], [], []
+    for _ in range(replicates):
+        prob, mag = null_lineage(start_prob, start_mag, rng, population=population, epochs=PBA_EPOCHS,
+                                 every=PBA_EVERY, explore_start=explore_start)
+        mean_prob.append(prob.mean(axis=(1, 2)))
+        mean_mag.append(mag.mean(axis=(1, 2)))
+        spread.append(op_spread(prob[-1]))
+        changed.append(changes(prob, mag))
+    return {"prob": np.array(mean_prob), "mag": np.array(mean_mag), "spread": np.array(spread),
+            "changes": np.array(changed)}
+
+
+def _band(values: np.ndarray) -> str:
+    lo, hi = np.percentile(values, [5, 95])
+    return f"{values.mean():.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def report(replicates: int, seed: int) -> str:
+    pba_prob, pba_mag = pba_fractions()
+    pba = {"prob": pba_prob.mean(axis=(1, 2)), "mag": np.nanmean(pba_mag, axis=(1, 2))}
+    nulls = {
+        "zero start, 16 members (PBA's setting)": simulate("zero", replicates, seed, population=PBA_POPULATION,
+                                                            explore_start=False),
+        "TrivialAugment-like start, 8 members (the queued population-ta)": simulate(
+            "trivialaugment", replicates, seed + 1, population=8, explore_start=True),
+    }
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
+    lines = [
+        "# A population search with no signal, beside PBA's published schedule (`benchmarks/pbt_null.py`)",
+        "",
+        f"- Command: `python benchmarks/pbt_null.py --replicates {replicates} --seed {seed}`",
+        f"- Commit: {commit or 'unknown'}; machine: {platform.machine()} {platform.system()}, numpy only (no training)",
+        f"- Date: {datetime.now(timezone.utc).isoformat(timespec='seconds')}",
+        f"- Null model: {PBA_EPOCHS} epochs, an exploit every {PBA_EVERY}, the search's own explore and truncation "
+        "selection (`hba_augment.search.pbt`), scores independent uniform noise every round; the schedule is "
+        f"the lineage of a random final member. {replicates} replicates; each cell: mean [5%, 95%].",
+        "- PBA: `rcifar10_16_wrn.txt`, read as fractions of its own levels (probability p/10, magnitude l/10).",
+        "",
+        "Mean probability over the 30 slots:",
+        "",
+        "| epoch | PBA's schedule | " + " | ".join(f"null: {name}" for name in nulls) + " |",
+        "|---|---|" + "---|" * len(nulls),
+    ]
+    for e in REPORT_EPOCHS:
+        lines.append(f"| {e} | {pba['prob'][e]:.3f} | " + " | ".join(_band(n["prob"][:, e]) for n in nulls.values()) + " |")
+    lines += ["", "Mean magnitude fraction over the 24 magnitude slots:", "",
+              "| epoch | PBA's schedule | " + " | ".join(f"null: {name}" for name in nulls) + " |",
+              "|---|---|" + "---|" * len(nulls)]
+    for e in REPORT_EPOCHS:
+        lines.append(f"| {e} | {pba['mag'][e]:.3f} | " + " | ".join(_band(n["mag"][:, e]) for n in nulls.values()) + " |")
+    zero = nulls["zero start, 16 members (PBA's setting)"]
+    lines += ["", "PBA's schedule against the null from the zero start, 16 members (fraction of null replicates at "
+              "least as extreme, one-sided):", "",
+              "| statistic | PBA | null: mean [5%, 95%] | null at least as extreme |", "|---|---|---|---|"]
+    stats = [
+        (f"first epoch with mean probability >= {RAMP_LEVEL}", ramp_epoch(pba["prob"]), ramp_epoch(zero["prob"])),
+        (f"first epoch with mean magnitude fraction >= {RAMP_LEVEL}", ramp_epoch(pba["mag"]), ramp_epoch(zero["mag"])),
+        ("policy changes over the 200 epochs", changes(pba_prob, pba_mag), zero["changes"]),
+        ("last epoch: std over the 15 ops of each op's probability (mean of its two copies)", op_spread(pba_prob[-1]),
+         zero["spread"]),
+    ]
+    for name, value, null in stats:
+        lines.append(f"| {name} | {float(value):.3g} | {_band(null.astype(float))} | {(null >= value).mean():.3f} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--replicates", type=int, default=1000, help="null searches per setting (default: 1000)")
+    p.add_argument("--seed", type=int, default=0, help="seed of every draw (default: 0)")
+    p.add_argument("--out", help="also write the table to this Markdown file")
+    args = p.parse_args(argv)
+    if args.replicates < 2:
+        p.error(f"--replicates must be at least 2, got {args.replicates}")
+    text = report(args.replicates, args.seed)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

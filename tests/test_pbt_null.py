@@ -1,0 +1,61 @@
+"""benchmarks/pbt_null.py: a population search whose scores are noise (issue 20's null model for PBT)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hba_augment.search.priors import prior_policy
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+import pbt_null  # noqa: E402
+from control_schedules import PBA_DIR  # noqa: E402
+
+
+def test_a_null_lineage_from_zero_can_only_climb_and_changes_at_rounds():
+    rng = np.random.default_rng(0)
+    prob, frac = pbt_null.null_lineage(*pbt_null.zero_start(), rng, population=8, epochs=30, every=3,
+                                       explore_start=False)
+    assert prob.shape == (30, 2, 15) and frac.shape == (30, 2, 12)
+    assert np.all(prob[:3] == 0)  # round 0 is the start itself (PBA: every member at the start)
+    assert np.all(prob >= 0) and np.all(prob <= 1) and np.all((frac >= 0) & (frac <= 1))
+    # The policy only changes where a round starts.
+    changed = [e for e in range(1, 30) if not np.array_equal(prob[e], prob[e - 1])]
+    assert changed and all(e % 3 == 0 for e in changed)
+
+
+def test_the_driver_s_start_explores_members_other_than_the_first():
+    start = prior_policy("trivialaugment")
+    firsts = set()
+    for seed in range(6):
+        prob, _ = pbt_null.null_lineage(start.prob, start.mag, np.random.default_rng(seed), population=4, epochs=3,
+                                        every=3, explore_start=True)
+        firsts.add(bool(np.array_equal(prob[0], start.prob)))
+    assert firsts == {True, False}  # the lineage starts at member 0 (the start) or at an explored copy
+
+
+def test_ramp_epoch_and_changes():
+    mean = np.array([[0.0, 0.1, 0.3, 0.2], [0.0, 0.0, 0.0, 0.0]])
+    assert pbt_null.ramp_epoch(mean).tolist() == [2, 4]
+    prob = np.array([[0.0], [0.0], [0.5], [0.5]])
+    mag = np.array([[np.nan], [np.nan], [np.nan], [0.2]])
+    assert pbt_null.changes(prob, mag) == 2
+
+
+def test_the_null_from_zero_ramps_up():
+    sim = pbt_null.simulate("zero", 20, 0, population=16, explore_start=False)
+    assert sim["prob"].shape == (20, 200) and np.all(sim["prob"][:, 0] == 0)
+    assert sim["prob"][:, -1].mean() > 0.3 and sim["mag"][:, -1].mean() > 0.3
+
+
+@pytest.mark.skipif(not (PBA_DIR / "rcifar10_16_wrn.txt").exists(), reason=f"PBA reference log not found in {PBA_DIR}")
+def test_pba_fractions_read_the_published_schedule():
+    prob, mag = pbt_null.pba_fractions()
+    assert prob.shape == mag.shape == (200, 2, 15)
+    assert np.all(prob[0] == 0) and np.nanmax(mag[0]) == 0  # PBA starts at zero
+    assert np.isnan(mag[:, :, [5, 6, 7]]).all() and not np.isnan(mag[:, :, 0]).any()
+    assert np.all(np.isin(np.round(prob * 10), np.arange(11)))
