@@ -39,6 +39,7 @@ from hba_augment._io import atomic_open
 __all__ = [
     "BASELINES",
     "LR_SCHEDULES",
+    "CapturedStep",
     "DrivenWorker",
     "EpochWorker",
     "Standardisation",
@@ -55,6 +56,7 @@ __all__ = [
     "drive",
     "evaluate_model",
     "fingerprint",
+    "graph_optimizer",
     "lr_at",
     "open_run",
     "plural",
@@ -173,6 +175,79 @@ def baseline_augment(
         in_cols = (ar_w >= centre[:, 1:] - half) & (ar_w < centre[:, 1:] + half)
         out = out.masked_fill((in_rows[:, :, None] & in_cols[:, None, :])[:, None], 0.0)
     return out
+
+
+# ------------------------------------------------------------------------------------------ CUDA graphs
+#: Eager steps before a step is captured: cudnn's autotuning, lazily made state (momentum buffers) and the
+#: allocator's caches settle first, as ``torch.cuda.graphs`` asks.
+GRAPH_WARMUP_STEPS = 3
+
+
+class CapturedStep:
+    """A training step replayed from one CUDA graph (issue 21: a step of a small network is bound by kernel
+    launches, not by the GPU).
+
+    ``fn`` is the whole step on *static* tensors: it reads its inputs from buffers that the caller fills
+    in place before each call, sets the gradients to ``None``, runs the forward and backward passes and the
+    optimiser step, and accumulates its outputs into tensors that it owns. On CUDA the first
+    ``warmup`` calls run ``fn`` eagerly on a side stream, the next one captures it
+    (``torch.cuda.CUDAGraph``, with ``generators`` registered so that replays advance their random
+    streams as eager calls would) and every later call replays the graph: one launch. On other devices
+    every call runs ``fn`` eagerly, so the same step runs (and is tested) everywhere.
+
+    Args:
+        fn: the step, no arguments, no return value (its outputs live in tensors it owns).
+        device: where it runs.
+        generators: the CUDA generators ``fn`` draws from, besides torch's default one.
+        warmup: eager calls before the capture.
+    """
+
+    def __init__(self, fn: Callable[[], None], device: torch.device, generators: Sequence[torch.Generator] = (),
+                 warmup: int = GRAPH_WARMUP_STEPS) -> None:
+        self.fn, self.device, self.generators, self.warmup = fn, device, tuple(generators), warmup
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.eager_calls = 0
+
+    @property
+    def captured(self) -> bool:
+        return self.graph is not None
+
+    def reset(self) -> None:
+        """Forget the graph (after the tensors it holds were replaced, e.g. by loading a checkpoint)."""
+        self.graph, self.eager_calls = None, 0
+
+    def __call__(self) -> None:
+        if self.device.type != "cuda":
+            self.fn()
+            return
+        if self.graph is not None:
+            self.graph.replay()
+            return
+        if self.eager_calls < self.warmup:
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                self.fn()
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            self.eager_calls += 1
+            return
+        graph = torch.cuda.CUDAGraph()
+        for generator in self.generators:
+            graph.register_generator_state(generator)
+        with torch.cuda.graph(graph):
+            self.fn()
+        self.graph = graph
+        graph.replay()  # capturing records the step; this runs it
+
+
+def graph_optimizer(model: nn.Module, config: Any, device: torch.device) -> tuple[torch.optim.SGD, Tensor]:
+    """``model``'s SGD for a :class:`CapturedStep`: the fused kernel, reading its learning rate from a
+    device tensor (returned) that the caller fills before each step, so the graph holds no host number.
+    Same update as :meth:`WorkerBase._trainable`'s optimiser."""
+    lr = torch.tensor(float(config.lr), dtype=torch.float32, device=device)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=config.momentum, nesterov=config.nesterov,
+                          weight_decay=config.wd, fused=True)
+    return opt, lr
 
 
 # ------------------------------------------------------------------------------------------ provenance

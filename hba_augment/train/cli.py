@@ -87,6 +87,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--amp", action="store_true", default=None, help="bfloat16 autocast (GPUs; default: off)")
     g.add_argument("--compile", action="store_true", default=None,
                    help="train through torch.compile (GPUs, where steps are launch bound; default: off)")
+    g.add_argument("--cuda-graphs", action="store_true", default=None,
+                   help="replay each training step from one captured CUDA graph (GPUs, where steps are launch "
+                   "bound; one process, not with --compile; default: off)")
     g.add_argument("--no-channels-last", dest="channels_last", action="store_false", default=None,
                    help="keep the model in NCHW memory format (default: channels-last)")
     g.add_argument("--eval-every", type=nonneg_int, default=10,
@@ -145,7 +148,7 @@ def run_train(args: argparse.Namespace, prog: str = "hba-augment train", command
             wd=args.wd, seed=args.seed, device=device, image_size=args.image_size, classes=args.classes,
             download=args.download or None, flip=args.flip, crop_padding=args.crop_padding, cutout=args.cutout,
             num_workers=args.num_workers, eval_every=args.eval_every, eval_batch_size=args.eval_batch_size,
-            channels_last=args.channels_last, amp=args.amp, compile=args.compile,
+            channels_last=args.channels_last, amp=args.amp, compile=args.compile, cuda_graphs=args.cuda_graphs,
         )
         result = train_and_evaluate(config, args.out, resume=args.resume, command=command,
                                     progress=args.progress)

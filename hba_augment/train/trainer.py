@@ -55,7 +55,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hba_augment import _cli_common, _distributed, _runner
+from hba_augment import _cli_common, _distributed, _runner, functional
 from hba_augment._io import atomic_open
 from hba_augment._runner import evaluate_model  # the test; also the population search's (one home)
 from hba_augment._version import __version__
@@ -132,9 +132,10 @@ DEFAULT_PRESET = {"cifar10": "cifar10", "cifar100": "cifar100", "svhn": "svhn", 
 EVAL_SPLITS = ("test", "val")
 # May differ between the run that wrote a checkpoint and the one that resumes it (they do not change
 # what is trained).
-_RESUME_FREE = frozenset({"data_dir", "device", "num_workers", "eval_every", "eval_batch_size", "download", "compile"})
+_RESUME_FREE = frozenset({"data_dir", "device", "num_workers", "eval_every", "eval_batch_size", "download", "compile",
+                          "cuda_graphs"})
 # Fields added after the first checkpoints, and the value those checkpoints were trained with.
-_ADDED_FIELDS = {"eval_split": "test", "compile": False}
+_ADDED_FIELDS = {"eval_split": "test", "compile": False, "cuda_graphs": False}
 
 
 class TrainingDivergedError(RuntimeError):
@@ -245,6 +246,10 @@ class TrainConfig:
         amp: bfloat16 autocast for the forward pass.
         compile: train through ``torch.compile(model)`` (for GPUs, where a step is bound by kernel launches;
             testing uses the plain model). Changes speed and rounding, not the training.
+        cuda_graphs: on CUDA, replay each full training batch's whole step (the batched policy, the baseline
+            augmentation, forward, backward and a fused SGD step) from one captured CUDA graph
+            (:class:`~hba_augment._runner.CapturedStep`); elsewhere the same step runs eagerly. One process,
+            not with ``compile``. Changes speed and rounding, not the training.
         hparams_source: where the defaults came from (filled in by ``from_preset``).
     """
 
@@ -280,6 +285,7 @@ class TrainConfig:
     channels_last: bool = True
     amp: bool = False
     compile: bool = False
+    cuda_graphs: bool = False
     hparams_source: str = "custom"
 
     @classmethod
@@ -354,6 +360,9 @@ class TrainConfig:
                              f"pass {_cli_common.option('cutout', 'SIZE', placeholder=True)}")
         if kind == "hba":
             _load_hba(arg, self.epochs)
+        if self.cuda_graphs and self.compile:
+            raise ValueError(f"{_cli_common.option('cuda_graphs', True)} and {_cli_common.option('compile', True)} "
+                             "exclude each other: choose one")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-compatible values (tuples become lists)."""
@@ -503,6 +512,9 @@ class _Trainer(_runner.WorkerBase):
         self._build_streams()
         self._build_loader()
         self.on_step: Callable[[], None] | None = None
+        self.captured: _runner.CapturedStep | None = None
+        if config.cuda_graphs:
+            self._build_graph_step()
 
     # -- set-up -----------------------------------------------------------------------------------
     def _place_data(self, train: Any, test: Any) -> None:
@@ -573,6 +585,23 @@ class _Trainer(_runner.WorkerBase):
                 pin_memory=dev.type == "cuda", prefetch_factor=4,
             )
 
+    def _build_graph_step(self) -> None:
+        """The static buffers, fused optimiser and :class:`~hba_augment._runner.CapturedStep` of ``cuda_graphs``."""
+        cfg, dev = self.config, self.device
+        if self.dist.distributed:
+            raise ValueError(f"{_cli_common.option('cuda_graphs', True)} runs in one process, not under torchrun")
+        self.opt, self.lr_tensor = _runner.graph_optimizer(self.model, cfg, dev)
+        images = self.train_cpu if self.per_image else self.train_x
+        self.static_x = torch.zeros((cfg.batch_size, *images.shape[1:]), dtype=torch.uint8, device=dev)
+        self.static_y = torch.zeros(cfg.batch_size, dtype=self.train_labels.dtype, device=dev)
+        # The epoch's summed loss, correct count and images seen, added to on the device by every step.
+        self.sums = torch.zeros(3, dtype=torch.float64, device=dev)
+        if self.hba is not None:
+            # The epoch's policy, copied in at each epoch (a graph reads these tensors, never new ones).
+            self.static_prob, self.static_mag = (t.clone() for t in self.hba.policy_at(dev))
+        self.captured = _runner.CapturedStep(lambda: self._graph_step(self.static_x, self.static_y), dev,
+                                             [self.g_aug] if dev.type == "cuda" else [])
+
     # -- batches ----------------------------------------------------------------------------------
     def _epoch_batches(self) -> Iterator[tuple[Tensor, Tensor, int]]:
         """``(uint8 images on the device, labels, global batch size)`` of this rank's share of every
@@ -587,8 +616,10 @@ class _Trainer(_runner.WorkerBase):
         sizes = [len(idx) for idx in global_batches]
         index_batches = [_distributed.shard(idx, self.dist) for idx in global_batches]
         if not self.per_image:
-            for idx, size in zip(index_batches, sizes, strict=True):
-                idx = idx.to(dev, non_blocking=True)
+            # One copy of the epoch's indices to the device, not one per step (a copy from pageable host
+            # memory waits for the host).
+            on_device = torch.cat(index_batches).to(dev).split([len(idx) for idx in index_batches])
+            for idx, size in zip(on_device, sizes, strict=True):
                 yield self.train_x[idx], self.train_labels[idx], size
             return
         # One seed per image of the whole set, drawn on every rank: an image's draws do not depend on
@@ -639,11 +670,70 @@ class _Trainer(_runner.WorkerBase):
         with torch.no_grad():
             return loss_sum.detach(), (logits.argmax(1) == y).sum()
 
+    def _graph_step(self, x: Tensor, y: Tensor) -> None:
+        """``cuda_graphs``' step on uint8 images ``x`` (``(B, C, H, W)``) and labels ``y``: the batched policy at
+        the epoch's static policy (unchecked: the schedule was checked when loaded, and a check would read
+        the device), the baseline, SGD at ``lr_tensor``; the sums go to ``self.sums``."""
+        cfg, dev = self.config, self.device
+        with _cpu_threads(dev):
+            if self.hba is not None:
+                # The trainer's HBAPolicy has the default fill and this interpolation (_load_hba).
+                x = functional.augment(x, self.static_prob, self.static_mag, self.hba.schedule.count_probs,
+                                       interpolation=self.hba.interpolation, generator=self.g_aug, check_policy=False)
+            x = self.normalise(x)
+            a = self.aug
+            if a["flip"] or a["crop_padding"] or a["cutout"]:
+                x = _runner.baseline_augment(x, flip=a["flip"], crop_padding=a["crop_padding"], cutout=a["cutout"],
+                                             generator=self.g_aug)
+        if cfg.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        # No autocast cache: a captured cast of the weights would be replayed from stale copies.
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.amp, cache_enabled=False):
+            logits = self.net(x)
+        loss = F.cross_entropy(logits.float(), y)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        with torch.no_grad():
+            self.sums[0] += loss.detach() * len(y)
+            self.sums[1] += (logits.argmax(1) == y).sum()
+            self.sums[2] += len(y)
+
+    def _run_graph_epoch(self) -> tuple[float, float, int, float]:
+        """An epoch of ``cuda_graphs`` steps: full batches through :attr:`captured`, a short last batch
+        eagerly. Returns the summed loss, the correct count, the images seen and the last learning rate."""
+        cfg = self.config
+        assert self.captured is not None
+        if self.hba is not None:
+            prob, mag = self.hba.policy_at(self.device)
+            self.static_prob.copy_(prob)
+            self.static_mag.copy_(mag)
+        self.sums.zero_()
+        lr = cfg.lr
+        for x, y, _ in self._epoch_batches():
+            lr = _runner.lr_at(cfg, self.step, self.steps_per_epoch)
+            self.lr_tensor.fill_(lr)
+            if len(y) == cfg.batch_size:
+                self.static_x.copy_(x)
+                self.static_y.copy_(y)
+                self.captured()
+            else:
+                self._graph_step(x, y)
+            self.step += 1
+            if (self.device.type == "cpu" or self.step % 50 == 0) and not bool(torch.isfinite(self.sums[0])):
+                raise self._diverged(float("nan"), lr)
+            if self.on_step is not None:
+                self.on_step()
+        loss_sum, correct, seen = self.sums.tolist()
+        return loss_sum, correct, int(seen), lr
+
     def run_epoch(self) -> dict[str, Any]:
         cfg, dev = self.config, self.device
         start = time.perf_counter()
         if self.hba is not None:
             self.hba.set_epoch(self.epoch)  # on every rank: each augments its own shard
+        if self.captured is not None:
+            return self._finish_epoch(start, *self._run_graph_epoch())
         loss_sum = torch.zeros((), dtype=torch.float64, device=dev)
         correct = torch.zeros((), dtype=torch.int64, device=dev)
         seen = torch.zeros((), dtype=torch.int64, device=dev)
@@ -664,8 +754,12 @@ class _Trainer(_runner.WorkerBase):
             if self.on_step is not None:
                 self.on_step()
         _distributed.all_reduce_sum([loss_sum, correct, seen], self.dist)
-        seen_total = int(seen)
-        train_loss = float(loss_sum) / seen_total
+        return self._finish_epoch(start, float(loss_sum), float(correct), int(seen), lr)
+
+    def _finish_epoch(self, start: float, loss_sum: float, correct: float, seen_total: int, lr: float) -> dict[str, Any]:
+        """The epoch's record from its sums (read on the host), after the divergence check and the test."""
+        cfg = self.config
+        train_loss = loss_sum / seen_total
         if not math.isfinite(train_loss):
             raise self._diverged(train_loss, lr)
         # DDP keeps the weights equal but each rank's running statistics are its own: take rank 0's, so
@@ -676,7 +770,7 @@ class _Trainer(_runner.WorkerBase):
             "epoch": self.epoch,
             "lr": lr,
             "train_loss": train_loss,
-            "train_acc": float(correct) / seen_total,
+            "train_acc": correct / seen_total,
             "train_seconds": time.perf_counter() - start,
         }
         if self.epoch == cfg.epochs or (cfg.eval_every and self.epoch % cfg.eval_every == 0):
@@ -702,10 +796,15 @@ class _Trainer(_runner.WorkerBase):
     # -- checkpoint -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The run's state; with several processes it holds every rank's random streams (a collective)."""
+        optimizer = self.opt.state_dict()
+        if self.captured is not None:
+            # The optimiser of every run's checkpoint: a number for the rate, the default kernel.
+            for group in optimizer["param_groups"]:
+                group["lr"], group["fused"] = float(group["lr"]), None
         return _runner.checkpoint_state(
             self, _CHECKPOINT_FORMAT, _CHECKPOINT_VERSION,
             model=self.model.state_dict(),
-            optimizer=self.opt.state_dict(),
+            optimizer=optimizer,
             history=json.loads(json.dumps(self.records)),
             **_runner.rank_rng_state(self.device, self._generators(), self.dist),
         )
@@ -722,6 +821,10 @@ class _Trainer(_runner.WorkerBase):
         )
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
+        if self.captured is not None:
+            for group in self.opt.param_groups:
+                group["lr"], group["fused"] = self.lr_tensor, True
+            self.captured.reset()  # the graph would hold the replaced momentum buffers
         _runner.restore_rank_rng(state, path, "a run", self.device, self._generators(), self.dist)
         _runner.restore_counters(self, state)
         self.records = list(state["history"])

@@ -1,0 +1,127 @@
+"""train --cuda-graphs (issue 21, section 2): every full batch's whole step replayed from one CUDA graph.
+
+On the CPU the same static-buffer step runs eagerly (``_runner.CapturedStep``), so these tests check what
+the graph would replay: the same training as the ordinary path (the fused SGD's rounding aside), the
+policy of each epoch, the short last batch, checkpoints either path can resume. The capture itself is
+checked where a GPU is (``-m cuda``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from hba_augment import _runner
+from hba_augment.train.cli import build_parser
+from hba_augment.train.trainer import TrainConfig, train_and_evaluate
+
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
+# 72 images in batches of 32: two full batches (replayed) and a short one of 8 (eager) each epoch.
+_SMALL = {"model": "wrn-10-1", "epochs": 2, "train_size": 72, "test_size": 32, "batch_size": 32, "num_workers": 0}
+
+
+def _config(cifar_dir: Path, policy: str, device: str = "cpu", **overrides) -> TrainConfig:
+    return TrainConfig.from_preset(data_dir=str(cifar_dir), policy=policy, device=device, **{**_SMALL, **overrides})
+
+
+def _weights(out: Path) -> dict[str, torch.Tensor]:
+    return torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=True)["model"]
+
+
+def _assert_close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: float) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name].float(), b[name].float(), atol=atol, rtol=0, msg=name)
+
+
+@pytest.mark.parametrize("policy", ["hba:cifar10", "cutout"])
+def test_the_static_step_trains_as_the_ordinary_one(cifar_dir: Path, tmp_path: Path, policy: str):
+    """Same seed, same draws, same updates: the weights after two epochs agree but for the fused SGD
+    kernel's rounding, and so does every epoch's record."""
+    plain = train_and_evaluate(_config(cifar_dir, policy), tmp_path / "plain", progress=False, log=lambda m: None)
+    graphs = train_and_evaluate(_config(cifar_dir, policy, cuda_graphs=True), tmp_path / "graphs", progress=False,
+                                log=lambda m: None)
+    _assert_close(_weights(tmp_path / "plain"), _weights(tmp_path / "graphs"), atol=1e-4)
+    for a, b in zip(plain.history, graphs.history, strict=True):
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-4)
+        assert a["train_acc"] == b["train_acc"] and a["lr"] == b["lr"]
+    assert graphs.test_error == pytest.approx(plain.test_error, abs=100 / 32 + 1e-9)  # one image at most
+    assert graphs.summary["config"]["cuda_graphs"] is True
+
+
+def test_a_changed_policy_changes_the_static_step(cifar_dir: Path, tmp_path: Path, monkeypatch):
+    """The graph reads the epoch's policy from static tensors: a step must see each epoch's, not the first's."""
+    from hba_augment.train import trainer
+
+    seen = []
+    real = trainer._Trainer._graph_step
+
+    def spy(self, x, y):
+        seen.append((self.epoch, self.static_prob.clone()))
+        real(self, x, y)
+
+    monkeypatch.setattr(trainer._Trainer, "_graph_step", spy)
+    config = _config(cifar_dir, "hba:cifar10", cuda_graphs=True, epochs=3)
+    train_and_evaluate(config, tmp_path, progress=False, log=lambda m: None)
+    from hba_augment import HBAPolicy
+
+    policy = HBAPolicy("cifar10", total_epochs=3)
+    for epoch, prob in seen:
+        policy.set_epoch(epoch)
+        torch.testing.assert_close(prob, policy.policy_at("cpu")[0])
+    assert len({e for e, _ in seen}) == 3 and len(seen) == 9
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_checkpoints_resume_across_the_two_paths(cifar_dir: Path, tmp_path: Path, first: bool):
+    """A checkpoint holds the same optimiser either way (a number for the rate): one path resumes the other's."""
+    whole = tmp_path / "whole"
+    train_and_evaluate(_config(cifar_dir, "hba:cifar10"), whole, progress=False, log=lambda m: None)
+    split = tmp_path / "split"
+
+    class Stop(Exception):
+        pass
+
+    def stop(entry):
+        raise Stop
+
+    with pytest.raises(Stop):  # after the first of two epochs
+        train_and_evaluate(_config(cifar_dir, "hba:cifar10", cuda_graphs=first), split, progress=False,
+                           log=lambda m: None, on_epoch_end=stop)
+    saved = torch.load(split / "checkpoint.pt", map_location="cpu", weights_only=True)["optimizer"]
+    assert all(isinstance(g["lr"], float) and g["fused"] is None for g in saved["param_groups"])
+    result = train_and_evaluate(_config(cifar_dir, "hba:cifar10", cuda_graphs=not first), split, resume=True,
+                                progress=False, log=lambda m: None)
+    assert [r["epoch"] for r in result.history] == [1, 2]
+    _assert_close(_weights(whole), _weights(split), atol=1e-4)
+
+
+def test_cuda_graphs_is_refused_with_compile_and_read_from_the_command_line(cifar_dir: Path):
+    with pytest.raises(ValueError, match="cuda_graphs=True and compile=True exclude each other"):
+        _config(cifar_dir, "cutout", cuda_graphs=True, compile=True).validate()
+    required = ["--data-dir", "d", "--policy", "cutout", "--out", "o"]
+    assert build_parser().parse_args([*required, "--cuda-graphs"]).cuda_graphs is True
+    assert build_parser().parse_args(required).cuda_graphs is None  # the config's default: off
+
+
+def test_a_captured_step_runs_its_function_every_call_off_cuda():
+    calls = []
+    step = _runner.CapturedStep(lambda: calls.append(1), torch.device("cpu"))
+    for _ in range(5):
+        step()
+    assert len(calls) == 5 and not step.captured
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_the_step_is_captured_and_trains_as_eager(cifar_dir: Path, tmp_path: Path):
+    """Warm-up, capture, replay: a replayed run ends near the eager one (CUDA is not bit-exact)."""
+    config = dict(epochs=2, train_size=256, batch_size=32, amp=True)
+    eager = train_and_evaluate(_config(cifar_dir, "hba:cifar10", "cuda", **config), tmp_path / "eager",
+                               progress=False, log=lambda m: None)
+    graphs = train_and_evaluate(_config(cifar_dir, "hba:cifar10", "cuda", cuda_graphs=True, **config),
+                                tmp_path / "graphs", progress=False, log=lambda m: None)
+    for a, b in zip(eager.history, graphs.history, strict=True):
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=0.05)
