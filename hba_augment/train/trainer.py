@@ -636,9 +636,16 @@ class _Trainer(_runner.WorkerBase):
                 x = torch.stack([self.dataset[k] for k in keys])
             yield x.to(dev, non_blocking=True), self.train_labels[idx.to(dev)], size
 
-    def _augment(self, x: Tensor) -> Tensor:
+    def _augment(self, x: Tensor, static: bool = False) -> Tensor:
+        """The batch's policy (``static``: from the epoch's policy tensors of ``cuda_graphs``, unchecked, since
+        the schedule was checked when loaded and a check reads the device), then standardisation and the
+        baseline; float ``(B, C, H, W)`` in the model's memory format."""
         with _cpu_threads(self.device):
-            if self.hba is not None:
+            if self.hba is not None and static:
+                # The trainer's HBAPolicy has the default fill and this interpolation (_load_hba).
+                x = functional.augment(x, self.static_prob, self.static_mag, self.hba.schedule.count_probs,
+                                       interpolation=self.hba.interpolation, generator=self.g_aug, check_policy=False)
+            elif self.hba is not None:
                 x = self.hba(x, generator=self.g_aug)
             x = self.normalise(x)
             a = self.aug
@@ -650,11 +657,15 @@ class _Trainer(_runner.WorkerBase):
         return x
 
     # -- epoch ------------------------------------------------------------------------------------
-    def _train_step(self, x: Tensor, y: Tensor, global_size: int, lr: float) -> tuple[Tensor, Tensor]:
-        """One SGD step on this rank's shard; returns the shard's summed loss and correct count."""
-        for group in self.opt.param_groups:
-            group["lr"] = lr
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.amp):
+    def _train_step(self, x: Tensor, y: Tensor, global_size: int, lr: float | None) -> tuple[Tensor, Tensor]:
+        """One SGD step on this rank's shard at rate ``lr`` (``None``: the optimiser's own, the device tensor of
+        ``cuda_graphs``); returns the shard's summed loss and correct count."""
+        if lr is not None:
+            for group in self.opt.param_groups:
+                group["lr"] = lr
+        # With cuda_graphs no autocast cache: a captured step would replay casts of stale weights.
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.amp,
+                            cache_enabled=self.captured is None):
             logits = self.net(x)
         if self.dist.distributed:
             # DDP averages the ranks' gradients; scaling each shard's summed loss by world / global size
@@ -671,32 +682,12 @@ class _Trainer(_runner.WorkerBase):
             return loss_sum.detach(), (logits.argmax(1) == y).sum()
 
     def _graph_step(self, x: Tensor, y: Tensor) -> None:
-        """``cuda_graphs``' step on uint8 images ``x`` (``(B, C, H, W)``) and labels ``y``: the batched policy at
-        the epoch's static policy (unchecked: the schedule was checked when loaded, and a check would read
-        the device), the baseline, SGD at ``lr_tensor``; the sums go to ``self.sums``."""
-        cfg, dev = self.config, self.device
-        with _cpu_threads(dev):
-            if self.hba is not None:
-                # The trainer's HBAPolicy has the default fill and this interpolation (_load_hba).
-                x = functional.augment(x, self.static_prob, self.static_mag, self.hba.schedule.count_probs,
-                                       interpolation=self.hba.interpolation, generator=self.g_aug, check_policy=False)
-            x = self.normalise(x)
-            a = self.aug
-            if a["flip"] or a["crop_padding"] or a["cutout"]:
-                x = _runner.baseline_augment(x, flip=a["flip"], crop_padding=a["crop_padding"], cutout=a["cutout"],
-                                             generator=self.g_aug)
-        if cfg.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        # No autocast cache: a captured cast of the weights would be replayed from stale copies.
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.amp, cache_enabled=False):
-            logits = self.net(x)
-        loss = F.cross_entropy(logits.float(), y)
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.opt.step()
+        """``cuda_graphs``' step on uint8 images ``x`` (``(B, C, H, W)``) and labels ``y``: everything on the
+        device, its sums added to ``self.sums``."""
+        loss_sum, correct = self._train_step(self._augment(x, static=True), y, len(y), None)
         with torch.no_grad():
-            self.sums[0] += loss.detach() * len(y)
-            self.sums[1] += (logits.argmax(1) == y).sum()
+            self.sums[0] += loss_sum
+            self.sums[1] += correct
             self.sums[2] += len(y)
 
     def _run_graph_epoch(self) -> tuple[float, float, int, float]:
