@@ -281,6 +281,26 @@ def test_resume_continues_bit_for_bit(fake_data, tmp_path: Path):
                               log=lambda m: None)
 
 
+def test_members_replaying_captured_steps_search_as_eager_ones(fake_data, tmp_path: Path):
+    """--cuda-graphs: on the CPU the members run the same static-buffer steps uncaptured (batches of 16: two
+    full ones and a short one of 8 per epoch); the search is the eager one but for the fused SGD's rounding."""
+    def config(**kw):
+        c = _config(**kw)
+        c.search.batch_size = 16
+        return c
+
+    eager = run_population_search(config(), tmp_path / "eager", data=fake_data, plot=False, log=lambda m: None)
+    graphs = run_population_search(config(cuda_graphs=True), tmp_path / "graphs", data=fake_data, plot=False,
+                                   log=lambda m: None)
+    np.testing.assert_array_equal(graphs.schedule.prob, eager.schedule.prob)
+    np.testing.assert_array_equal(graphs.schedule.mag, eager.schedule.mag)
+    for a, b in zip(eager.metrics, graphs.metrics, strict=True):
+        assert a["copies"] == b["copies"] and a["val_acc"] == b["val_acc"]
+        np.testing.assert_allclose(a["val_loss"], b["val_loss"], rtol=1e-4)
+        np.testing.assert_allclose(a["train_loss"], b["train_loss"], rtol=1e-4)
+    assert graphs.schedule.provenance["cuda_graphs"] is True
+
+
 def test_another_seed_gives_another_search(fake_data, tmp_path: Path):
     config = _config()
     config.search.epochs = 2
@@ -319,6 +339,7 @@ def test_compile_and_other_objectives_are_refused():
     (["--population", "4"], "--population 4 applies to --objective population only"),
     (["--objective", "teacher", "--exploit-every", "2"], "--exploit-every"),
     (["--objective", "population", "--population", "2", "--population-procs", "3"], "population-procs"),
+    (["--cuda-graphs"], "--cuda-graphs True applies to --objective population only"),
 ])
 def test_command_line_refuses_options_of_the_other_objectives(tmp_path: Path, capsys, extra, said):
     args = ["search", "--data-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o"), "--device", "cpu", *extra]

@@ -13,6 +13,12 @@ uint8 images on the device (:func:`hba_augment.functional.augment`), then standa
 Cutout, SGD with Nesterov momentum at the search's learning-rate schedule. Within a round the host waits
 for the device twice: at the first step, where ``augment`` checks the round's new policy (once: checked
 policies are remembered), and at the end (losses and hits are summed on the device).
+
+With ``cuda_graphs`` a member's full batches replay one captured CUDA graph of its whole step
+(:class:`~hba_augment._runner.CapturedStep`, as ``hba-augment train --cuda-graphs``): its policy then lives
+in static tensors that each round overwrites (unchecked: explore keeps every value in its range), its SGD is
+the fused kernel at a rate held in a device tensor, and a copy of another member's weights and momentum
+(an exploit) is followed by a new capture.
 """
 
 from __future__ import annotations
@@ -57,26 +63,47 @@ class _Member:
         self.model.to(dev).train()
         if worker.channels_last:
             self.model.to(memory_format=torch.channels_last)
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov,
-                                   weight_decay=cfg.wd)
         self.g_data = torch.Generator().manual_seed(member_seed(cfg.seed, index, 1))
         self.g_aug = torch.Generator(device=dev).manual_seed(member_seed(cfg.seed, index, 2))
         self.step = 0
         self.epoch = 0
         self.prob: Tensor | None = None
         self.mag: Tensor | None = None
+        # A round's summed training loss, correct count and images, added to on the device by every step.
+        self.sums = torch.zeros(3, dtype=torch.float64, device=dev)
+        self.captured: _runner.CapturedStep | None = None
+        if not worker.cuda_graphs:
+            self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
+                                       nesterov=cfg.nesterov, weight_decay=cfg.wd)
+            return
+        self.opt, self.lr_tensor = _runner.graph_optimizer(self.model, cfg, dev)
+        self.static_x = torch.zeros((cfg.batch_size, *worker.train_x.shape[1:]), dtype=torch.uint8, device=dev)
+        self.static_y = torch.zeros(cfg.batch_size, dtype=worker.train_y.dtype, device=dev)
+        self.prob = torch.zeros((2, 15), dtype=torch.float32, device=dev)
+        self.mag = torch.zeros((2, 15), dtype=torch.float32, device=dev)
+        self.captured = _runner.CapturedStep(lambda: self._step(self.static_x, self.static_y, None), dev,
+                                             [self.g_aug] if dev.type == "cuda" else [])
 
     def set_policy(self, prob: np.ndarray, mag: np.ndarray) -> None:
-        # Made once per round: augment() caches its checks and warp maps per policy tensor.
         dev = self.worker.device
-        self.prob = torch.as_tensor(np.asarray(prob), dtype=torch.float32).to(dev)
-        self.mag = torch.as_tensor(np.asarray(mag), dtype=torch.float32).to(dev)
+        prob_t = torch.as_tensor(np.asarray(prob), dtype=torch.float32).to(dev)
+        mag_t = torch.as_tensor(np.asarray(mag), dtype=torch.float32).to(dev)
+        if self.captured is not None:  # the graph reads these tensors: overwrite them
+            self.prob.copy_(prob_t)
+            self.mag.copy_(mag_t)
+            return
+        # New tensors once per round: augment() caches its checks and warp maps per policy tensor.
+        self.prob, self.mag = prob_t, mag_t
 
     # -- state ------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        optimizer = self.opt.state_dict()
+        if self.captured is not None:  # the same file either way: a number for the rate, the default kernel
+            for group in optimizer["param_groups"]:
+                group["lr"], group["fused"] = float(group["lr"]), None
         return {
             "model": self.model.state_dict(),
-            "optimizer": self.opt.state_dict(),
+            "optimizer": optimizer,
             "g_data": self.g_data.get_state(),
             "g_aug": self.g_aug.get_state(),
             "step": self.step,
@@ -91,6 +118,10 @@ class _Member:
             state = torch.load(weights, map_location=dev, weights_only=True)
             self.model.load_state_dict(state["model"])
             self.opt.load_state_dict(state["optimizer"])
+            if self.captured is not None:
+                for group in self.opt.param_groups:
+                    group["lr"], group["fused"] = self.lr_tensor, True
+                self.captured.reset()  # the graph would hold the replaced momentum buffers
         if streams is not None:
             state = torch.load(streams, map_location="cpu", weights_only=True)
             self.g_data.set_state(state["g_data"])
@@ -101,37 +132,56 @@ class _Member:
         _runner.save_checkpoint(self.state_dict(), path)
 
     # -- training ---------------------------------------------------------------------------------
+    def _step(self, x: Tensor, y: Tensor, lr: float | None) -> None:
+        """One SGD step on uint8 images ``x`` and labels ``y`` at rate ``lr`` (``None``: the optimiser's own,
+        the device tensor of ``cuda_graphs``); its sums are added to ``self.sums``."""
+        w, cfg, dev = self.worker, self.worker.config, self.worker.device
+        # Checked unless captured (one wait for the device per round, at its first step): a checked policy
+        # tensor is remembered with its warp maps and tables, which an unchecked one would rebuild every step.
+        x = functional.augment(x, self.prob, self.mag, cfg.count_probs, generator=self.g_aug,
+                               check_policy=self.captured is None)
+        x = _runner.baseline_augment(w.normalise(x), flip=cfg.flip, crop_padding=cfg.crop_padding,
+                                     cutout=cfg.cutout, generator=self.g_aug)
+        if lr is not None:
+            for group in self.opt.param_groups:
+                group["lr"] = lr
+        # Captured: no autocast cache, which would replay casts of stale weights.
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.amp, cache_enabled=self.captured is None):
+            logits = self.model(w.layout(x))
+        logits = logits.float()
+        loss = F.cross_entropy(logits, y)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        with torch.no_grad():
+            self.sums[0] += loss.detach() * len(y)
+            self.sums[1] += (logits.argmax(1) == y).sum()
+            self.sums[2] += len(y)
+
     def train_epochs(self, epochs: int) -> dict[str, Tensor]:
         """``epochs`` passes over the training images; the sums stay on the device."""
         w, cfg, dev = self.worker, self.worker.config, self.worker.device
-        sums = {k: torch.zeros((), dtype=torch.float64, device=dev) for k in ("loss", "correct", "n")}
+        self.sums.zero_()
         for _ in range(epochs):
             # One copy to the device per epoch, not one per step (the order stays the CPU generator's, so a
             # member's data order does not depend on the device).
             perm = torch.randperm(w.n_train, generator=self.g_data).to(dev)
             for idx in perm.split(cfg.batch_size):
                 x, y = w.train_x[idx], w.train_y[idx]
-                # Checked (one wait for the device per round, at its first step): a checked policy tensor is
-                # remembered with its warp maps and tables, which an unchecked one would rebuild every step.
-                x = functional.augment(x, self.prob, self.mag, cfg.count_probs, generator=self.g_aug)
-                x = _runner.baseline_augment(w.normalise(x), flip=cfg.flip, crop_padding=cfg.crop_padding,
-                                             cutout=cfg.cutout, generator=self.g_aug)
-                for group in self.opt.param_groups:
-                    group["lr"] = _runner.lr_at(cfg, self.step, w.steps_per_epoch)
-                with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.amp):
-                    logits = self.model(w.layout(x))
-                logits = logits.float()
-                loss = F.cross_entropy(logits, y)
-                self.opt.zero_grad(set_to_none=True)
-                loss.backward()
-                self.opt.step()
+                lr = _runner.lr_at(cfg, self.step, w.steps_per_epoch)
+                if self.captured is None:
+                    self._step(x, y, lr)
+                else:
+                    self.lr_tensor.fill_(lr)
+                    if len(y) == cfg.batch_size:
+                        self.static_x.copy_(x)
+                        self.static_y.copy_(y)
+                        self.captured()
+                    else:  # a short last batch: its own shapes, eagerly
+                        self._step(x, y, None)
                 self.step += 1
-                with torch.no_grad():
-                    sums["loss"] += loss.detach() * len(y)
-                    sums["correct"] += (logits.argmax(1) == y).sum()
-                    sums["n"] += len(y)
             self.epoch += 1
-        return sums
+        return {"loss": self.sums[0], "correct": self.sums[1], "n": self.sums[2]}
 
     def evaluate(self) -> tuple[float, float]:
         """Loss and accuracy on the clean validation images (eval mode: the running statistics), read on the
@@ -150,10 +200,12 @@ class Worker:
             baseline augmentation, ``count_probs``, ``amp``, ``channels_last``, ``seed``, ``device``).
         train, val: :class:`~hba_augment.datasets.ImageData` (uint8), the search's split.
         members: the indices of the members it holds.
+        cuda_graphs: replay each member's full batches from a captured CUDA graph (see the module docstring).
     """
 
-    def __init__(self, config: Any, train: Any, val: Any, members: list[int]) -> None:
+    def __init__(self, config: Any, train: Any, val: Any, members: list[int], cuda_graphs: bool = False) -> None:
         self.config = config
+        self.cuda_graphs = cuda_graphs
         self.device = dev = torch.device(config.device)
         self.num_classes = len(train.classes)
         self.train_x, self.train_y = train.images.to(dev), train.labels.to(dev)
@@ -204,7 +256,7 @@ class Worker:
 
 
 def serve(config: Any, train: tuple[np.ndarray, np.ndarray, list[str]], val: tuple[np.ndarray, np.ndarray, list[str]],
-          members: list[int], threads: int, tasks: Any, results: Any) -> None:
+          members: list[int], threads: int, tasks: Any, results: Any, cuda_graphs: bool = False) -> None:
     """A worker process's main loop (started with the 'spawn' method): build a :class:`Worker` from the
     images sent as ``(images, labels, classes)`` numpy arrays, then run
     each list of tasks that arrives on ``tasks`` until ``None``; every answer goes to ``results`` as
@@ -217,7 +269,7 @@ def serve(config: Any, train: tuple[np.ndarray, np.ndarray, list[str]], val: tup
         torch.set_num_threads(threads)
         if config.device.startswith("cuda"):
             torch.backends.cudnn.benchmark = True  # fixed shapes, long runs
-        worker = Worker(config, train, val, members)
+        worker = Worker(config, train, val, members, cuda_graphs)
         results.put(("ready", members))
         while True:
             try:

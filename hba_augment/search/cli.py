@@ -81,7 +81,7 @@ def _count_probs(text: str) -> tuple[float, ...]:
 _LAMBDA_OPTIONS = ("strategy", "hparam_lr", "sigma", "t_train", "t_val", "prior_decay", "hparam_accumulate",
                    "teacher_estimator", "teacher_weight", "teacher_decay", "val_bn", "hyper_input")
 # Options of the population search (default None: "not given"), which the other objectives refuse.
-_POPULATION_OPTIONS = ("population", "exploit_every", "population_procs")
+_POPULATION_OPTIONS = ("population", "exploit_every", "population_procs", "cuda_graphs")
 
 
 def _flag(attr: str) -> str:
@@ -124,7 +124,8 @@ def population_config_from_args(args: argparse.Namespace, device: str,
 
     given = {"population": args.population} if args.population is not None else {}  # else the config's default
     return PopulationConfig(search=config_from_args(args, device) if search is None else search, **given,
-                            exploit_every=args.exploit_every, population_procs=args.population_procs)
+                            exploit_every=args.exploit_every, population_procs=args.population_procs,
+                            cuda_graphs=bool(args.cuda_graphs))
 
 
 def _preset_table() -> str:
@@ -252,6 +253,9 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     g.add_argument("--population-procs", type=nonneg_int, metavar="P",
                    help="worker processes on the device, the members spread over them (default: one per member; "
                    "0: every member in this process, one after another)")
+    g.add_argument("--cuda-graphs", action="store_true", default=None,
+                   help="replay each member's training steps from a captured CUDA graph (GPUs, where a step is "
+                   "launch bound; default: off)")
     g = p.add_argument_group("output")
     g.add_argument("--out", required=True, help="output folder (schedule.json, metrics.jsonl, schedule.png, "
                    "checkpoint.pt)")

@@ -76,7 +76,7 @@ MEMBERS_FOLDER = "population"
 _CHECKPOINT_FORMAT = "hba-population-checkpoint"
 _CHECKPOINT_VERSION = 1
 # May differ between the session that wrote a checkpoint and the one that resumes it.
-_RESUME_FREE = frozenset({"data_dir", "name", "device", "compile", "population_procs"})
+_RESUME_FREE = frozenset({"data_dir", "name", "device", "compile", "population_procs", "cuda_graphs"})
 # Streams of the driver's draws (the members' use member_seed(seed, member, 0..2)).
 _INIT_STREAM, _SELECT_STREAM = 1, 2
 
@@ -96,6 +96,9 @@ class PopulationConfig:
         population_procs: worker processes (``None``: one per member; ``0``: every member in the calling
             process, one after another). At most ``population``.
         resample_prob, max_shift, quantile: PBA's explore and exploit settings (:mod:`~hba_augment.search.pbt`).
+        cuda_graphs: replay each member's full training batches from a captured CUDA graph
+            (:mod:`~hba_augment.search._member`); elsewhere the same steps run eagerly. Changes speed and
+            rounding, not the search.
     """
 
     search: SearchConfig
@@ -105,6 +108,7 @@ class PopulationConfig:
     resample_prob: float = pbt.EXPLORE_RESAMPLE_PROB
     max_shift: int = pbt.EXPLORE_MAX_SHIFT
     quantile: float = pbt.TRUNCATION_QUANTILE
+    cuda_graphs: bool = False
 
     @property
     def every(self) -> int:
@@ -211,7 +215,7 @@ class _Pool:
         self.inboxes: list[Any] = []
         if procs == 0:
             self.groups = [list(range(n))]
-            self.local = Worker(config.search, train, val, self.groups[0])
+            self.local = Worker(config.search, train, val, self.groups[0], config.cuda_graphs)
             return
         self.groups = [list(range(p, n, procs)) for p in range(procs)]
         ctx = torch.multiprocessing.get_context("spawn")
@@ -224,8 +228,8 @@ class _Pool:
         try:
             for group in self.groups:
                 inbox = ctx.Queue()
-                proc = ctx.Process(target=serve, args=(config.search, train, val, group, threads, inbox, self.results),
-                                   daemon=True)
+                proc = ctx.Process(target=serve, args=(config.search, train, val, group, threads, inbox, self.results,
+                                                       config.cuda_graphs), daemon=True)
                 proc.start()
                 self.processes.append(proc)
                 self.inboxes.append(inbox)
@@ -393,6 +397,7 @@ def _provenance(config: PopulationConfig, history: _History, train: Any, val: An
         "exploit_every": config.every,
         "rounds": history.rounds,
         "population_procs": config.procs,
+        "cuda_graphs": config.cuda_graphs,
         "explore": {"resample_prob": config.resample_prob, "max_shift": config.max_shift,
                     "levels": pbt.EXPLORE_LEVELS},
         "truncation_quantile": config.quantile,
