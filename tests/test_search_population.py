@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -392,3 +393,21 @@ def test_a_worker_process_stops_when_its_driver_is_gone(fake_data, monkeypatch):
     as_numpy = [(d.images.numpy(), d.labels.numpy(), d.classes) for d in fake_data]
     _member.serve(_config().search, *as_numpy, [0], 1, _Empty(), _Out())
     assert answers == [("ready", [0])]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_members_capture_replay_and_recapture_after_an_exploit(fake_data, tmp_path: Path):
+    """Two members, rounds of one epoch: every round one copies the other (new momentum buffers, a new
+    capture). The captured search ends near the eager one (CUDA is not bit-exact)."""
+    def config(**kw):
+        c = _config(population=2, **kw)
+        c.search.device, c.search.batch_size, c.search.amp = "cuda", 16, True
+        return c
+
+    eager = run_population_search(config(), tmp_path / "eager", data=fake_data, plot=False, log=lambda m: None)
+    graphs = run_population_search(config(cuda_graphs=True), tmp_path / "graphs", data=fake_data, plot=False,
+                                   log=lambda m: None)
+    assert all(len(m["copies"]) == 1 for m in graphs.metrics[:-1])
+    for a, b in zip(eager.metrics, graphs.metrics, strict=True):
+        np.testing.assert_allclose(a["train_loss"], b["train_loss"], rtol=0.05)
