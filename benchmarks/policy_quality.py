@@ -185,17 +185,21 @@ def _check_hba(schedule: str) -> None:
                          "out of --policies.") from None
 
 
+#: ``hba-augment train`` flags that change a run's speed (and rounding), not what it trains.
+_SPEED_ONLY = ("--compile", "--cuda-graphs")
+
+
 def _run_key(cmd: list[str]) -> list[str]:
     """What defines a run's result: its ``hba-augment train`` arguments without the machine-specific ones
-    (interpreter, data location, output folder), so that a result committed on one machine is reused on
-    another."""
+    (interpreter, data location, output folder) and the ones that change only its speed (``--compile``,
+    ``--cuda-graphs``), so that a result committed on one machine is reused on another."""
     key, skip = [], False
     for arg in cmd[3:]:
         if skip:
             skip = False
         elif arg in ("--data-dir", "--out"):
             skip = True
-        else:
+        elif arg not in _SPEED_ONLY:
             key.append(arg)
     digest = _schedule_digest(cmd[cmd.index("--policy") + 1])
     return key if digest is None else [*key, f"schedule-sha256:{digest}"]

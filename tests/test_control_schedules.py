@@ -136,6 +136,9 @@ def test_run_records_are_reused_by_key_and_schedule_content(pq, tmp_path):
     assert "/a/b" not in key and "/x/y" not in key  # machine-specific paths are not part of a run's identity
     moved = [*cmd[:5], "/elsewhere", *cmd[6:]]
     assert pq._run_key(moved) == key
+    # Speed-only flags train the same run: a record made without them is reused with them.
+    assert pq._run_key([*cmd, "--cuda-graphs", "--compile"]) == key
+    assert pq._run_key([*cmd, "--amp"]) != key
     sched.write_text('{"changed": 1}')
     assert pq._run_key(cmd) != key  # a changed schedule is trained again
     record = tmp_path / "rec.json"
