@@ -7,7 +7,9 @@ upsampled for 224x224; the first 4,000 of ``data_batch_1``, tiled), each image d
 - ``eager``: ``HBAPolicy(batch, generator=...)``, the user's call;
 - ``graph``: the same batched call captured once in a ``torch.cuda.CUDAGraph`` and replayed (the launch cost
   gone; torch's default CUDA generator, which graphs support);
-- ``kornia``: ``kornia.augmentation.auto.AutoAugment`` on the float batch, when kornia is importable.
+- ``kornia``: ``kornia.augmentation.auto.AutoAugment`` on the float batch, when kornia is importable;
+- ``compiled`` (with ``--compile``): ``torch.compile(augment, fullgraph=True)`` of the same unchecked call
+  (inductor; one compilation per shape, not timed; torch's default generator).
 
 Per call: median wall time over ``--repeats`` timed calls (a ``torch.cuda.synchronize`` closes each), the
 CPU time the host spent in it, and images per second. Run on the lent GPU (``benchmarks/campaigns/README.md``)::
@@ -79,7 +81,16 @@ def _graphed(images: torch.Tensor, prob: torch.Tensor, mag: torch.Tensor) -> Cal
     return graph.replay
 
 
-def run(grid: list[tuple[int, list[int]]], repeats: int, data_dir: Path) -> list[dict[str, object]]:
+def _compiled(images: torch.Tensor, prob: torch.Tensor, mag: torch.Tensor) -> Callable[[], object]:
+    """The batched call through ``torch.compile(fullgraph=True)`` (unchecked policy: a check reads the device),
+    compiled by its first call here."""
+    fn = torch.compile(lambda x: augment(x, prob, mag, check_policy=False), fullgraph=True)
+    fn(images)
+    return lambda: fn(images)
+
+
+def run(grid: list[tuple[int, list[int]]], repeats: int, data_dir: Path,
+        compile: bool = False) -> list[dict[str, object]]:
     device = torch.device("cuda")
     schedule = benchmark_schedule()
     policy = HBAPolicy(schedule)
@@ -106,6 +117,9 @@ def run(grid: list[tuple[int, list[int]]], repeats: int, data_dir: Path) -> list
             }
             if kornia_aa is not None:
                 cases[("float32", "kornia")] = lambda x=floats: kornia_aa(x)
+            if compile:
+                cases[("uint8", "compiled")] = _compiled(uint8, prob, mag)
+                cases[("float32", "compiled")] = _compiled(floats, prob, mag)
             for (dtype, mode), fn in cases.items():
                 t = _time(fn, repeats)
                 rows.append({"size": size, "batch": b, "dtype": dtype, "mode": mode, **t,
@@ -134,11 +148,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=20, help="timed calls per row (default 20)")
     p.add_argument("--data-dir", type=Path, default=default_data_dir())
     p.add_argument("--out", type=Path, default=None, help="write OUT.json and OUT.md")
+    p.add_argument("--compile", action="store_true", help="add torch.compile rows (one compilation per shape)")
     p.add_argument("--commit", default=None, help="the commit to record where git is absent (the lent GPU)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("no CUDA device: this benchmark measures the GPU path")
-    rows = run(_grid(args.grid), args.repeats, args.data_dir)
+    rows = run(_grid(args.grid), args.repeats, args.data_dir, args.compile)
     commit = args.commit
     try:
         commit = commit or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,

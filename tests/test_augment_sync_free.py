@@ -299,3 +299,29 @@ def test_unchecked_fresh_per_image_policies_never_read_the_device(cifar_images, 
     with pytest.raises(ValueError, match=r"prob of ShearX \(copy 0\) must lie in \[0, 1\], got 1.5"):
         augment(images, bad_prob, bad_mag)
     assert augment(images, bad_prob, bad_mag, check_policy=False).shape == images.shape
+
+
+@pytest.mark.filterwarnings("ignore:Dynamo detected a call to a `functools.lru_cache`")
+@pytest.mark.parametrize(("dtype", "kwargs"), [
+    (torch.uint8, {}),
+    (torch.float32, {"interpolation": InterpolationMode.BILINEAR, "fill": 0.25, "count_probs": (0.1, 0.2, 0.3, 0.4)}),
+])
+def test_torch_compile_traces_the_batched_call_as_one_graph(dtype, kwargs, cifar_images, monkeypatch):
+    """Issue 21, section 1: ``torch.compile(..., fullgraph=True)`` of the accelerators' call, unchecked policy,
+    torch's default generator (dynamo takes no ``torch.Generator`` argument). fullgraph refuses any graph
+    break (a host read, a data-dependent shape, an untraceable helper); ``aot_eager`` traces forward and
+    functionalises without a compiler and replays the eager pixels under the same seed."""
+    monkeypatch.setattr(augment_module, "_FORCE_SYNC_FREE", True)
+    images = cifar_images[:16] if dtype == torch.uint8 else cifar_images[:16].float() / 255
+    prob, mag = _policy(0.5, 0.5, 3)
+
+    def call(x, p, m):
+        return augment(x, p, m, check_policy=False, **kwargs)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(call, fullgraph=True, backend="aot_eager")
+    torch.manual_seed(7)
+    out = compiled(images, prob, mag)
+    torch.manual_seed(7)
+    assert torch.equal(out, call(images, prob, mag))
+    assert not torch.equal(out, images)

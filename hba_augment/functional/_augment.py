@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import weakref
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
@@ -106,8 +107,11 @@ def _count_edges(count_probs: tuple[float, ...], device: torch.device) -> tuple[
     Step ``j`` (from 0) may apply an op iff the image's uniform draw reaches ``edges[j]``, i.e. iff its K
     exceeds ``j``."""
     values = check_count_probs(count_probs)
-    edges = torch.tensor(values, dtype=torch.float64).cumsum(0)[:-1][:_SLOTS].float()
-    return edges.to(device), tuple(edges.tolist())
+    # In Python floats (float64, summed in order as a cumsum), rounded to float32 through numpy: plain
+    # numbers, so that torch.compile traces the call without a graph break (Tensor.tolist).
+    cumulative = list(itertools.accumulate(float(v) for v in values))[:-1][:_SLOTS]
+    rounded = tuple(float(v) for v in np.asarray(cumulative, dtype=np.float32))
+    return torch.tensor(rounded, dtype=torch.float32, device=device), rounded
 
 
 def _policy_tensor(value: Tensor, name: str, batch: int, device: torch.device) -> Tensor:

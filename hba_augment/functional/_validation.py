@@ -88,9 +88,11 @@ def check_float_range(images: Tensor) -> None:
     out silently corrupted (Invert gives -254..1). On the CPU the check is one pass over the pixels
     (``benchmarks/throughput.py`` times it: rows "float range check alone"). On other devices nothing is checked:
     reading the result back would cost a host synchronisation on every call, the one thing the GPU path
-    avoids; there, values outside ``[0, 1]`` give undefined results.
+    avoids; there, values outside ``[0, 1]`` give undefined results. Nor is anything checked while
+    ``torch.compile`` traces a call: a host read would break its graph.
     """
-    if not images.dtype.is_floating_point or images.device.type != "cpu" or images.numel() == 0:
+    if (not images.dtype.is_floating_point or images.device.type != "cpu" or images.numel() == 0
+            or torch.compiler.is_compiling()):
         return
     low, high = torch.aminmax(images.detach())
     low, high = low.item(), high.item()
