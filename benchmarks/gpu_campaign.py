@@ -19,7 +19,8 @@ log), ``schedules/`` (the controls: ``start-<search>.json``, each search's start
 ``<split>/policy_quality.md``. Commit them after each call; the next call (the repository travels) skips what is done.
 
 Policies in a plan: torchvision's (``trivialaugment``, ``autoaugment``, ``randaugment``), the training
-baselines (``none``, ``baseline``, ``cutout``), ``pba`` (PBA's published schedule), ``start:<search>`` (that
+baselines (``none``, ``baseline``, ``cutout``), ``pba`` (PBA's published schedule), ``pba-last`` (its last
+policy held for every epoch: PBA without its curriculum), ``start:<search>`` (that
 search's starting policy held for every epoch: the control it must beat), ``hba:<search>`` (its learned
 schedule) and ``hba:<shipped name or path>``.
 
@@ -51,6 +52,8 @@ from policy_quality import _slug  # the record names are the benchmark's own
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 TORCHVISION_POLICIES = ("none", "baseline", "cutout", "autoaugment", "randaugment", "trivialaugment")
+#: PBA's published schedule and its last policy held (written into ``schedules/`` by ``--prepare``).
+PBA_CONTROLS = ("pba", "pba-last")
 _PLAN_KEYS = {"name", "description", "data", "dataset", "search_args", "train", "searches", "evals"}
 _TRAIN_KEYS = {"model", "epochs", "train_size", "preset", "extra"}
 _SPLIT_KEYS = {"seeds", "policies", "test_size"}
@@ -73,7 +76,7 @@ def load_plan(path: str | os.PathLike[str]) -> dict[str, Any]:
             kind, _, name = policy.partition(":")
             if kind in ("start",) and name not in plan["searches"]:
                 raise ValueError(f"plan {path}: {policy!r} names no search of the plan ({sorted(plan['searches'])})")
-            if not (policy in (*TORCHVISION_POLICIES, "pba") or kind in ("start", "hba")):
+            if not (policy in (*TORCHVISION_POLICIES, *PBA_CONTROLS) or kind in ("start", "hba")):
                 raise ValueError(f"plan {path}: unknown policy {policy!r}")
     return plan
 
@@ -96,8 +99,8 @@ class Campaign:
     def schedule_of(self, policy: str) -> tuple[str, Path | None]:
         """``(label, schedule file or None)`` of a plan policy; ``None`` for torchvision's policies."""
         kind, _, name = policy.partition(":")
-        if policy == "pba":
-            return "pba", self.root / "schedules" / "pba.json"
+        if policy in PBA_CONTROLS:
+            return policy, self.root / "schedules" / f"{policy}.json"
         if kind == "start":
             return f"start-{name}", self.root / "schedules" / f"start-{name}.json"
         if kind == "hba" and name in self.plan["searches"]:
@@ -139,11 +142,14 @@ class Campaign:
                 # The search's own settings decide its start: parse its command line as it will run.
                 cfg = config_from_args(build_parser().parse_args(self.search_argv(name, options)), "cpu")
                 start_schedule(cfg.init, cfg.count_probs).save(path)
-        if not (folder / "pba.json").exists():
+        if not all((folder / f"{name}.json").exists() for name in PBA_CONTROLS):
             sys.path.insert(0, str(REPO / "benchmarks"))
-            from control_schedules import PBA_DIR, pba_schedule
+            from control_schedules import PBA_DIR, last_entry_schedule, pba_schedule
 
-            pba_schedule(PBA_DIR / "rcifar10_16_wrn.txt", 200).save(folder / "pba.json")
+            pba = pba_schedule(PBA_DIR / "rcifar10_16_wrn.txt", 200)
+            for name, schedule in (("pba", pba), ("pba-last", last_entry_schedule(pba))):
+                if not (folder / f"{name}.json").exists():
+                    schedule.save(folder / f"{name}.json")
 
     # -- processes ----------------------------------------------------------------------------------
     def search_argv(self, name: str, options: str) -> list[str]:
@@ -274,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="campaign folder (default: benchmarks/results/<plan name>)")
     p.add_argument("--pack", help="write the campaign's files (no checkpoints) into this .tar.gz")
     p.add_argument("--prepare", action="store_true",
-                   help="only write the control schedules (start-*.json, pba.json) and stop: run it here before a "
+                   help="only write the control schedules (start-*.json, pba.json, pba-last.json) and stop: run it here before a "
                    "device call, since PBA's published schedule (../shared/reference) does not travel")
     return p
 
