@@ -8,9 +8,11 @@ step under random selection: a random walk in each hyperparameter, clipped at th
 PBA's start (every probability and magnitude 0) a clipped walk can only drift up, so a *ramp* (little
 augmentation early, more later) needs no signal at all.
 
-This script runs that null model with the search's own steps (:mod:`hba_augment.search.pbt`: ``explore``,
-``truncation_selection``, ``lineage``): the population's scores are independent random numbers every
-round, so selection carries no information. It reports, over many replicates, the lineage's mean
+This script runs that null model: truncation selection and the lineage of :mod:`hba_augment.search.pbt`,
+with PBA's own explore on its integer levels (probabilities 0..10, magnitudes 0..9, every level 0 at the
+start: ``pba/search.py``, ``pba/setup.py``) for PBA's setting, and this package's explore for its own
+searches; the population's scores are independent random numbers every round, so selection carries no
+information. It reports, over many replicates, the lineage's mean
 probability and mean magnitude fraction at a few epochs (mean and 5-95% band), beside the same numbers of
 PBA's published Reduced CIFAR-10 schedule (16 WRN-40-2 trials, 200 epochs; read in PBA's own level space:
 probability ``p / 10``, magnitude ``level / 10``), and, at the last epoch, how unequal the ops are (the
@@ -31,12 +33,13 @@ import argparse
 import platform
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
-from hba_augment._space import MAGNITUDE_OPS, NUM_COPIES, NUM_OPS, OP_RANGES
+from hba_augment._space import MAGNITUDE_OPS, NUM_COPIES, NUM_OPS
 from hba_augment.functional import OP_NAMES
 from hba_augment.search import pbt
 from hba_augment.search.priors import prior_policy
@@ -63,20 +66,51 @@ def pba_fractions(path: Path = PBA_DIR / "rcifar10_16_wrn.txt", epochs: int = PB
     return prob, mag
 
 
-def zero_start() -> tuple[np.ndarray, np.ndarray]:
-    """PBA's starting policy: every probability 0 and every magnitude at the low end of its range."""
-    prob = np.zeros((NUM_COPIES, NUM_OPS))
-    mag = np.full((NUM_COPIES, NUM_OPS), np.nan)
-    mag[:, list(MAGNITUDE_OPS)] = [OP_RANGES[k].low for k in MAGNITUDE_OPS]
-    return prob, mag
+#: PBA's explore (``pba/search.py``): probabilities on levels 0..10, magnitudes on 0..9; a value is resampled
+#: uniformly with probability 0.2, else shifted by 0-3 levels in a random direction and clipped.
+PBA_PROB_TOP, PBA_MAG_TOP, PBA_RESAMPLE, PBA_MAX_SHIFT = 10, 9, 0.2, 3
+
+Policy = tuple[np.ndarray, np.ndarray]
+Explore = Callable[[np.ndarray, np.ndarray, np.random.Generator], Policy]
 
 
-def null_lineage(start_prob: np.ndarray, start_mag: np.ndarray, rng: np.random.Generator, *, population: int,
-                 epochs: int, every: int, explore_start: bool) -> tuple[np.ndarray, np.ndarray]:
+def _pba_levels(levels: np.ndarray, top: int, rng: np.random.Generator) -> np.ndarray:
+    resample = rng.random(levels.shape) < PBA_RESAMPLE
+    fresh = rng.integers(0, top + 1, size=levels.shape)
+    amount = rng.integers(0, PBA_MAX_SHIFT + 1, size=levels.shape)
+    down = rng.random(levels.shape) < 0.5
+    shifted = np.where(down, np.maximum(0, levels - amount), np.minimum(top, levels + amount))
+    return np.where(resample, fresh, shifted)
+
+
+def pba_explore(prob: np.ndarray, mag: np.ndarray, rng: np.random.Generator) -> Policy:
+    """PBA's own explore step on integer levels: ``prob`` ``(2, 15)`` in 0..10, ``mag`` ``(2, 12)`` in 0..9."""
+    return _pba_levels(prob, PBA_PROB_TOP, rng), _pba_levels(mag, PBA_MAG_TOP, rng)
+
+
+def pba_start() -> Policy:
+    """PBA's starting policy (``pba/setup.py``): every level 0."""
+    return np.zeros((NUM_COPIES, NUM_OPS), dtype=np.int64), np.zeros((NUM_COPIES, len(MAGNITUDE_OPS)), dtype=np.int64)
+
+
+def _pba_fractions(prob: np.ndarray, mag: np.ndarray) -> Policy:
+    return prob / 10.0, mag / 10.0  # as PBA's log is read (pba_fractions)
+
+
+def _hba_fractions(prob: np.ndarray, mag: np.ndarray) -> Policy:
+    return prob, pbt.mag_fractions(mag)
+
+
+def null_lineage(start: Policy, explore: Explore, fractions: Callable[[np.ndarray, np.ndarray], Policy],
+                 rng: np.random.Generator, *, population: int, epochs: int, every: int,
+                 explore_start: bool) -> Policy:
     """One population search whose scores are pure noise: the final best member's lineage, per epoch.
 
     Args:
-        start_prob, start_mag: the starting policy, ``(2, 15)`` each (magnitudes in the ops' ranges).
+        start: the starting policy, in ``explore``'s representation.
+        explore: the explore step (:func:`hba_augment.search.pbt.explore`, or :func:`pba_explore`).
+        fractions: a policy of that representation as ``(prob, mag)`` fractions of the ranges, ``(2, 15)``
+            and ``(2, 12)``.
         rng: every draw (explore, scores, donors).
         population: members.
         epochs, every: the search's length and epochs per round.
@@ -86,30 +120,25 @@ def null_lineage(start_prob: np.ndarray, start_mag: np.ndarray, rng: np.random.G
     Returns:
         ``(prob, mag_fraction)``: ``(epochs, 2, 15)`` and ``(epochs, 2, 12)``.
     """
-    prob = np.repeat(start_prob[None], population, axis=0)
-    mag = np.repeat(start_mag[None], population, axis=0)
-    if explore_start:
-        for m in range(1, population):
-            prob[m], mag[m] = pbt.explore(start_prob, start_mag, rng)
+    members = [start] + [explore(*start, rng) if explore_start else start for _ in range(1, population)]
     starts = pbt.round_starts(epochs, every)
-    plans_prob, plans_mag, parents = [prob.copy()], [mag.copy()], [list(range(population))]
+    plans, parents = [list(members)], [list(range(population))]
     for _ in starts[1:]:
         copies = pbt.truncation_selection(rng.random(population), rng)
         row = list(range(population))
         for loser, donor in copies:
             row[loser] = donor
-            prob[loser], mag[loser] = pbt.explore(plans_prob[-1][donor], plans_mag[-1][donor], rng)
+            members[loser] = explore(*plans[-1][donor], rng)
         parents.append(row)
-        plans_prob.append(prob.copy())
-        plans_mag.append(mag.copy())
+        plans.append(list(members))
     best = int(rng.integers(population))  # the last scores are noise too
     chain = pbt.lineage(parents, best)
     bounds = [*starts, epochs]
+    per_round = [fractions(*plans[r][m]) for r, m in enumerate(chain)]
     lengths = [bounds[r + 1] - bounds[r] for r in range(len(starts))]
-    out_prob = np.concatenate([np.repeat(plans_prob[r][m][None], n, 0) for r, (m, n) in enumerate(zip(chain, lengths, strict=True))])
-    out_mag = np.concatenate([np.repeat(pbt.mag_fractions(plans_mag[r][m])[None], n, 0)
-                              for r, (m, n) in enumerate(zip(chain, lengths, strict=True))])
-    return out_prob, out_mag
+    prob = np.concatenate([np.repeat(p[None], n, 0) for (p, _), n in zip(per_round, lengths, strict=True)])
+    mag = np.concatenate([np.repeat(m[None], n, 0) for (_, m), n in zip(per_round, lengths, strict=True)])
+    return prob, mag
 
 
 def ramp_epoch(mean: np.ndarray, level: float = RAMP_LEVEL) -> np.ndarray:
@@ -130,14 +159,19 @@ def op_spread(prob: np.ndarray) -> float:
 
 
 def simulate(init: str, replicates: int, seed: int, *, population: int, explore_start: bool) -> dict[str, np.ndarray]:
-    """``replicates`` null searches from ``init`` (a ``--init`` name, or ``"zero"``: :func:`zero_start`): per-epoch mean probability and mean magnitude
-    fraction of each lineage, ``(replicates, epochs)``, and each one's last-epoch op spread and number of
-    policy changes."""
-    start_prob, start_mag = zero_start() if init == "zero" else prior_policy(init)[:2]
+    """``replicates`` null searches from ``init``: ``"pba"`` (PBA's search: its zero start and its explore on
+    integer levels) or a ``--init`` name (this package's search: that prior, :func:`~hba_augment.search.pbt.explore`).
+    Returns each lineage's per-epoch mean probability and mean magnitude fraction, ``(replicates, epochs)``,
+    and its last-epoch op spread and number of policy changes."""
+    if init == "pba":
+        start, explore, fractions = pba_start(), pba_explore, _pba_fractions
+    else:
+        prior = prior_policy(init)
+        start, explore, fractions = (prior.prob, prior.mag), pbt.explore, _hba_fractions
     rng = np.random.default_rng(seed)
     mean_prob, mean_mag, spread, changed = [], [], [], []
     for _ in range(replicates):
-        prob, mag = null_lineage(start_prob, start_mag, rng, population=population, epochs=PBA_EPOCHS,
+        prob, mag = null_lineage(start, explore, fractions, rng, population=population, epochs=PBA_EPOCHS,
                                  every=PBA_EVERY, explore_start=explore_start)
         mean_prob.append(prob.mean(axis=(1, 2)))
         mean_mag.append(mag.mean(axis=(1, 2)))
@@ -156,8 +190,9 @@ def report(replicates: int, seed: int) -> str:
     pba_prob, pba_mag = pba_fractions()
     pba = {"prob": pba_prob.mean(axis=(1, 2)), "mag": np.nanmean(pba_mag, axis=(1, 2))}
     nulls = {
-        "zero start, 16 members (PBA's setting)": simulate("zero", replicates, seed, population=PBA_POPULATION,
-                                                            explore_start=False),
+        "PBA's search (zero start, its explore), 16 members": simulate("pba", replicates, seed,
+                                                                        population=PBA_POPULATION,
+                                                                        explore_start=False),
         "TrivialAugment-like start, 8 members (the queued population-ta)": simulate(
             "trivialaugment", replicates, seed + 1, population=8, explore_start=True),
     }
@@ -185,8 +220,8 @@ def report(replicates: int, seed: int) -> str:
               "|---|---|" + "---|" * len(nulls)]
     for e in REPORT_EPOCHS:
         lines.append(f"| {e} | {pba['mag'][e]:.3f} | " + " | ".join(_band(n["mag"][:, e]) for n in nulls.values()) + " |")
-    zero = nulls["zero start, 16 members (PBA's setting)"]
-    lines += ["", "PBA's schedule against the null from the zero start, 16 members (fraction of null replicates at "
+    zero = nulls["PBA's search (zero start, its explore), 16 members"]
+    lines += ["", "PBA's schedule against the null of PBA's search (fraction of null replicates at "
               "least as extreme, one-sided):", "",
               "| statistic | PBA | null: mean [5%, 95%] | null at least as extreme |", "|---|---|---|---|"]
     stats = [

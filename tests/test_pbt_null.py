@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hba_augment.search import pbt
 from hba_augment.search.priors import prior_policy
 
 REPO = Path(__file__).resolve().parents[1]
@@ -18,11 +19,12 @@ from control_schedules import PBA_DIR  # noqa: E402
 
 def test_a_null_lineage_from_zero_can_only_climb_and_changes_at_rounds():
     rng = np.random.default_rng(0)
-    prob, frac = pbt_null.null_lineage(*pbt_null.zero_start(), rng, population=8, epochs=30, every=3,
-                                       explore_start=False)
+    prob, frac = pbt_null.null_lineage(pbt_null.pba_start(), pbt_null.pba_explore, pbt_null._pba_fractions, rng,
+                                       population=8, epochs=30, every=3, explore_start=False)
     assert prob.shape == (30, 2, 15) and frac.shape == (30, 2, 12)
     assert np.all(prob[:3] == 0)  # round 0 is the start itself (PBA: every member at the start)
-    assert np.all(prob >= 0) and np.all(prob <= 1) and np.all((frac >= 0) & (frac <= 1))
+    # PBA's levels: probabilities in tenths up to 1, magnitudes in tenths up to 0.9.
+    assert np.all(np.isin(np.round(prob * 10), np.arange(11))) and np.all(np.isin(np.round(frac * 10), np.arange(10)))
     # The policy only changes where a round starts.
     changed = [e for e in range(1, 30) if not np.array_equal(prob[e], prob[e - 1])]
     assert changed and all(e % 3 == 0 for e in changed)
@@ -32,10 +34,22 @@ def test_the_driver_s_start_explores_members_other_than_the_first():
     start = prior_policy("trivialaugment")
     firsts = set()
     for seed in range(6):
-        prob, _ = pbt_null.null_lineage(start.prob, start.mag, np.random.default_rng(seed), population=4, epochs=3,
-                                        every=3, explore_start=True)
+        prob, _ = pbt_null.null_lineage((start.prob, start.mag), pbt.explore, pbt_null._hba_fractions,
+                                        np.random.default_rng(seed), population=4, epochs=3, every=3,
+                                        explore_start=True)
         firsts.add(bool(np.array_equal(prob[0], start.prob)))
     assert firsts == {True, False}  # the lineage starts at member 0 (the start) or at an explored copy
+
+
+def test_pba_explore_moves_by_at_most_three_levels_or_resamples():
+    rng = np.random.default_rng(0)
+    prob = np.full((2, 15), 5)
+    mag = np.full((2, 12), 9)
+    moved = [pbt_null.pba_explore(prob, mag, rng) for _ in range(200)]
+    steps = np.concatenate([(p - prob).ravel() for p, _ in moved])
+    # Only a resample (p 0.2) lands more than 3 levels away: on 0, 1, 9 or 10 (4 of 11 levels), p 0.073.
+    assert 0.06 < np.mean(np.abs(steps) > 3) < 0.09
+    assert all(m.max() <= 9 and m.min() >= 0 for _, m in moved)
 
 
 def test_ramp_epoch_and_changes():
@@ -47,7 +61,7 @@ def test_ramp_epoch_and_changes():
 
 
 def test_the_null_from_zero_ramps_up():
-    sim = pbt_null.simulate("zero", 20, 0, population=16, explore_start=False)
+    sim = pbt_null.simulate("pba", 20, 0, population=16, explore_start=False)
     assert sim["prob"].shape == (20, 200) and np.all(sim["prob"][:, 0] == 0)
     assert sim["prob"][:, -1].mean() > 0.3 and sim["mag"][:, -1].mean() > 0.3
 
