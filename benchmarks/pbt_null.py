@@ -203,9 +203,10 @@ def report(replicates: int, seed: int) -> str:
         f"- Command: `python benchmarks/pbt_null.py --replicates {replicates} --seed {seed}`",
         f"- Commit: {commit or 'unknown'}; machine: {platform.machine()} {platform.system()}, numpy only (no training)",
         f"- Date: {datetime.now(timezone.utc).isoformat(timespec='seconds')}",
-        f"- Null model: {PBA_EPOCHS} epochs, an exploit every {PBA_EVERY}, the search's own explore and truncation "
-        "selection (`hba_augment.search.pbt`), scores independent uniform noise every round; the schedule is "
-        f"the lineage of a random final member. {replicates} replicates; each cell: mean [5%, 95%].",
+        f"- Null model: {PBA_EPOCHS} epochs, an exploit every {PBA_EVERY}, truncation selection "
+        "(`hba_augment.search.pbt`), scores independent uniform noise every round; the schedule is the lineage "
+        "of a random final member. Explore: PBA's own on its integer levels for PBA's setting, this package's "
+        f"(`pbt.explore`) for its searches. {replicates} replicates; each cell: mean [5%, 95%].",
         "- PBA: `rcifar10_16_wrn.txt`, read as fractions of its own levels (probability p/10, magnitude l/10).",
         "",
         "Mean probability over the 30 slots:",
