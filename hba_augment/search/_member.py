@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from hba_augment import _runner, functional
+from hba_augment._space import NUM_COPIES, NUM_OPS
 from hba_augment.models import create_model
 
 __all__ = ["Worker", "member_seed", "serve"]
@@ -79,8 +80,8 @@ class _Member:
         self.opt, self.lr_tensor = _runner.graph_optimizer(self.model, cfg, dev)
         self.static_x = torch.zeros((cfg.batch_size, *worker.train_x.shape[1:]), dtype=torch.uint8, device=dev)
         self.static_y = torch.zeros(cfg.batch_size, dtype=worker.train_y.dtype, device=dev)
-        self.prob = torch.zeros((2, 15), dtype=torch.float32, device=dev)
-        self.mag = torch.zeros((2, 15), dtype=torch.float32, device=dev)
+        self.prob = torch.zeros((NUM_COPIES, NUM_OPS), dtype=torch.float32, device=dev)
+        self.mag = torch.zeros((NUM_COPIES, NUM_OPS), dtype=torch.float32, device=dev)
         self.captured = _runner.CapturedStep(lambda: self._step(self.static_x, self.static_y, None), dev,
                                              [self.g_aug] if dev.type == "cuda" else [])
 
