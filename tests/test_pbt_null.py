@@ -73,3 +73,10 @@ def test_pba_fractions_read_the_published_schedule():
     assert np.all(prob[0] == 0) and np.nanmax(mag[0]) == 0  # PBA starts at zero
     assert np.isnan(mag[:, :, [5, 6, 7]]).all() and not np.isnan(mag[:, :, 0]).any()
     assert np.all(np.isin(np.round(prob * 10), np.arange(11)))
+
+
+def test_a_greedy_signal_holds_augmentation_back():
+    null = pbt_null.simulate("pba", 20, 0, population=16, explore_start=False)
+    greedy = pbt_null.simulate("pba", 20, 0, population=16, explore_start=False, greed=4.0)
+    assert greedy["prob"][:, -1].mean() < null["prob"][:, -1].mean() - 0.2
+    assert np.median(pbt_null.ramp_epoch(greedy["prob"])) > np.median(pbt_null.ramp_epoch(null["prob"]))
