@@ -712,7 +712,7 @@ class _Trainer(_runner.WorkerBase):
                 self._graph_step(x, y)
             self.step += 1
             if (self.device.type == "cpu" or self.step % 50 == 0) and not bool(torch.isfinite(self.sums[0])):
-                raise self._diverged(float("nan"), lr)
+                raise self._diverged(float(self.sums[0]), lr)  # the epoch's summed loss: nan or inf
             if self.on_step is not None:
                 self.on_step()
         loss_sum, correct, seen = self.sums.tolist()
