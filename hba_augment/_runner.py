@@ -57,8 +57,10 @@ __all__ = [
     "evaluate_model",
     "fingerprint",
     "graph_optimizer",
+    "load_optimizer_state",
     "lr_at",
     "open_run",
+    "optimizer_state",
     "plural",
     "restore_counters",
     "restore_rng",
@@ -187,24 +189,30 @@ class CapturedStep:
     """A training step replayed from one CUDA graph (issue 21: a step of a small network is bound by kernel
     launches, not by the GPU).
 
-    ``fn`` is the whole step on *static* tensors: it reads its inputs from buffers that the caller fills
-    in place before each call, sets the gradients to ``None``, runs the forward and backward passes and the
-    optimiser step, and accumulates its outputs into tensors that it owns. On CUDA the first
-    ``warmup`` calls run ``fn`` eagerly on a side stream, the next one captures it
-    (``torch.cuda.CUDAGraph``, with ``generators`` registered so that replays advance their random
-    streams as eager calls would) and every later call replays the graph: one launch. On other devices
-    every call runs ``fn`` eagerly, so the same step runs (and is tested) everywhere.
+    ``step(x, y)`` is the whole step on a batch: it sets the gradients to ``None``, runs the forward and
+    backward passes and the optimiser step, and accumulates its outputs into tensors that it owns (it returns
+    nothing, and reads no value on the host). A call with a full batch (``batch_shape``) on CUDA copies it into
+    static buffers that ``step`` reads: the first ``warmup`` such calls run eagerly on a side stream, the next
+    one captures it (``torch.cuda.CUDAGraph``, with ``generators`` registered so that replays advance their
+    random streams as eager calls would) and every later one replays the graph: one launch. Other batches
+    (the short last one of an epoch) and every call on other devices run ``step`` eagerly on the batch
+    itself, so the same step runs (and is tested) everywhere.
 
     Args:
-        fn: the step, no arguments, no return value (its outputs live in tensors it owns).
+        step: the step, ``(uint8 images (B, C, H, W), labels (B,)) -> None``.
+        batch_shape: ``(B, C, H, W)`` of a full batch.
         device: where it runs.
-        generators: the CUDA generators ``fn`` draws from, besides torch's default one.
+        generators: the CUDA generators ``step`` draws from, besides torch's default one.
         warmup: eager calls before the capture.
     """
 
-    def __init__(self, fn: Callable[[], None], device: torch.device, generators: Sequence[torch.Generator] = (),
-                 warmup: int = GRAPH_WARMUP_STEPS) -> None:
-        self.fn, self.device, self.generators, self.warmup = fn, device, tuple(generators), warmup
+    def __init__(self, step: Callable[[Tensor, Tensor], None], batch_shape: Sequence[int], device: torch.device,
+                 generators: Sequence[torch.Generator] = (), warmup: int = GRAPH_WARMUP_STEPS) -> None:
+        self.step, self.device, self.warmup = step, device, warmup
+        self.generators = tuple(generators) if device.type == "cuda" else ()
+        self.batch_shape = torch.Size(batch_shape)
+        self.static_x = torch.zeros(self.batch_shape, dtype=torch.uint8, device=device)
+        self.static_y = torch.zeros(self.batch_shape[0], dtype=torch.int64, device=device)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.eager_calls = 0
 
@@ -216,10 +224,12 @@ class CapturedStep:
         """Forget the graph (after the tensors it holds were replaced, e.g. by loading a checkpoint)."""
         self.graph, self.eager_calls = None, 0
 
-    def __call__(self) -> None:
-        if self.device.type != "cuda":
-            self.fn()
+    def __call__(self, x: Tensor, y: Tensor) -> None:
+        if self.device.type != "cuda" or x.shape != self.batch_shape:
+            self.step(x, y)
             return
+        self.static_x.copy_(x)
+        self.static_y.copy_(y)
         if self.graph is not None:
             self.graph.replay()
             return
@@ -227,7 +237,7 @@ class CapturedStep:
             side = torch.cuda.Stream(self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(side):
-                self.fn()
+                self.step(self.static_x, self.static_y)
             torch.cuda.current_stream(self.device).wait_stream(side)
             self.eager_calls += 1
             return
@@ -235,7 +245,7 @@ class CapturedStep:
         for generator in self.generators:
             graph.register_generator_state(generator)
         with torch.cuda.graph(graph):
-            self.fn()
+            self.step(self.static_x, self.static_y)
         self.graph = graph
         graph.replay()  # capturing records the step; this runs it
 
@@ -248,6 +258,31 @@ def graph_optimizer(model: nn.Module, config: Any, device: torch.device) -> tupl
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=config.momentum, nesterov=config.nesterov,
                           weight_decay=config.wd, fused=True)
     return opt, lr
+
+
+def optimizer_state(opt: torch.optim.Optimizer) -> dict[str, Any]:
+    """``opt.state_dict()`` as every checkpoint holds it: the rate a number, the default kernel (a
+    :func:`graph_optimizer`'s device-tensor rate and fused kernel are its own), so that a run with CUDA
+    graphs and one without resume each other's checkpoints."""
+    state = opt.state_dict()
+    for group in state["param_groups"]:
+        if isinstance(group["lr"], Tensor):
+            group["lr"], group["fused"] = float(group["lr"]), None
+    return state
+
+
+def load_optimizer_state(opt: torch.optim.Optimizer, state: dict[str, Any], lr: Tensor | None = None,
+                         captured: CapturedStep | None = None) -> None:
+    """Load :func:`optimizer_state` into ``opt``; for a :func:`graph_optimizer` (``lr`` its rate tensor), give
+    it back that tensor and the fused kernel, and make ``captured`` capture again (loading replaced the
+    momentum buffers its graph holds)."""
+    opt.load_state_dict(state)
+    if lr is None:
+        return
+    for group in opt.param_groups:
+        group["lr"], group["fused"] = lr, True
+    if captured is not None:
+        captured.reset()
 
 
 # ------------------------------------------------------------------------------------------ provenance

@@ -108,10 +108,12 @@ def test_cuda_graphs_is_refused_with_compile_and_read_from_the_command_line(cifa
 
 def test_a_captured_step_runs_its_function_every_call_off_cuda():
     calls = []
-    step = _runner.CapturedStep(lambda: calls.append(1), torch.device("cpu"))
-    for _ in range(5):
-        step()
+    step = _runner.CapturedStep(lambda x, y: calls.append((x, y)), (4, 3, 8, 8), torch.device("cpu"))
+    full, short = torch.zeros(4, 3, 8, 8, dtype=torch.uint8), torch.zeros(2, 3, 8, 8, dtype=torch.uint8)
+    for x in (full, full, full, full, short):
+        step(x, torch.zeros(len(x), dtype=torch.int64))
     assert len(calls) == 5 and not step.captured
+    assert all(x is full for x, _ in calls[:4]) and calls[4][0] is short  # the batch itself, no copy
 
 
 @pytest.mark.cuda

@@ -73,17 +73,16 @@ class _Member:
         # A round's summed training loss, correct count and images, added to on the device by every step.
         self.sums = torch.zeros(3, dtype=torch.float64, device=dev)
         self.captured: _runner.CapturedStep | None = None
+        self.lr_tensor: Tensor | None = None  # cuda_graphs: the rate the captured optimiser step reads
         if not worker.cuda_graphs:
             self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
                                        nesterov=cfg.nesterov, weight_decay=cfg.wd)
             return
         self.opt, self.lr_tensor = _runner.graph_optimizer(self.model, cfg, dev)
-        self.static_x = torch.zeros((cfg.batch_size, *worker.train_x.shape[1:]), dtype=torch.uint8, device=dev)
-        self.static_y = torch.zeros(cfg.batch_size, dtype=worker.train_y.dtype, device=dev)
         self.prob = torch.zeros((NUM_COPIES, NUM_OPS), dtype=torch.float32, device=dev)
         self.mag = torch.zeros((NUM_COPIES, NUM_OPS), dtype=torch.float32, device=dev)
-        self.captured = _runner.CapturedStep(lambda: self._step(self.static_x, self.static_y, None), dev,
-                                             [self.g_aug] if dev.type == "cuda" else [])
+        self.captured = _runner.CapturedStep(lambda x, y: self._step(x, y, None),
+                                             (cfg.batch_size, *worker.train_x.shape[1:]), dev, [self.g_aug])
 
     def set_policy(self, prob: np.ndarray, mag: np.ndarray) -> None:
         dev = self.worker.device
@@ -98,13 +97,9 @@ class _Member:
 
     # -- state ------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        optimizer = self.opt.state_dict()
-        if self.captured is not None:  # the same file either way: a number for the rate, the default kernel
-            for group in optimizer["param_groups"]:
-                group["lr"], group["fused"] = float(group["lr"]), None
         return {
             "model": self.model.state_dict(),
-            "optimizer": optimizer,
+            "optimizer": _runner.optimizer_state(self.opt),
             "g_data": self.g_data.get_state(),
             "g_aug": self.g_aug.get_state(),
             "step": self.step,
@@ -118,11 +113,7 @@ class _Member:
         if weights is not None:
             state = torch.load(weights, map_location=dev, weights_only=True)
             self.model.load_state_dict(state["model"])
-            self.opt.load_state_dict(state["optimizer"])
-            if self.captured is not None:
-                for group in self.opt.param_groups:
-                    group["lr"], group["fused"] = self.lr_tensor, True
-                self.captured.reset()  # the graph would hold the replaced momentum buffers
+            _runner.load_optimizer_state(self.opt, state["optimizer"], self.lr_tensor, self.captured)
         if streams is not None:
             state = torch.load(streams, map_location="cpu", weights_only=True)
             self.g_data.set_state(state["g_data"])
@@ -174,12 +165,7 @@ class _Member:
                     self._step(x, y, lr)
                 else:
                     self.lr_tensor.fill_(lr)
-                    if len(y) == cfg.batch_size:
-                        self.static_x.copy_(x)
-                        self.static_y.copy_(y)
-                        self.captured()
-                    else:  # a short last batch: its own shapes, eagerly
-                        self._step(x, y, None)
+                    self.captured(x, y)  # a short last batch runs eagerly there
                 self.step += 1
             self.epoch += 1
         return {"loss": self.sums[0], "correct": self.sums[1], "n": self.sums[2]}

@@ -513,6 +513,7 @@ class _Trainer(_runner.WorkerBase):
         self._build_loader()
         self.on_step: Callable[[], None] | None = None
         self.captured: _runner.CapturedStep | None = None
+        self.lr_tensor: Tensor | None = None  # cuda_graphs: the rate the captured optimiser step reads
         if config.cuda_graphs:
             self._build_graph_step()
 
@@ -592,15 +593,12 @@ class _Trainer(_runner.WorkerBase):
             raise ValueError(f"{_cli_common.option('cuda_graphs', True)} runs in one process, not under torchrun")
         self.opt, self.lr_tensor = _runner.graph_optimizer(self.model, cfg, dev)
         images = self.train_cpu if self.per_image else self.train_x
-        self.static_x = torch.zeros((cfg.batch_size, *images.shape[1:]), dtype=torch.uint8, device=dev)
-        self.static_y = torch.zeros(cfg.batch_size, dtype=self.train_labels.dtype, device=dev)
         # The epoch's summed loss, correct count and images seen, added to on the device by every step.
         self.sums = torch.zeros(3, dtype=torch.float64, device=dev)
         if self.hba is not None:
             # The epoch's policy, copied in at each epoch (a graph reads these tensors, never new ones).
             self.static_prob, self.static_mag = (t.clone() for t in self.hba.policy_at(dev))
-        self.captured = _runner.CapturedStep(lambda: self._graph_step(self.static_x, self.static_y), dev,
-                                             [self.g_aug] if dev.type == "cuda" else [])
+        self.captured = _runner.CapturedStep(self._graph_step, (cfg.batch_size, *images.shape[1:]), dev, [self.g_aug])
 
     # -- batches ----------------------------------------------------------------------------------
     def _epoch_batches(self) -> Iterator[tuple[Tensor, Tensor, int]]:
@@ -691,8 +689,8 @@ class _Trainer(_runner.WorkerBase):
             self.sums[2] += len(y)
 
     def _run_graph_epoch(self) -> tuple[float, float, int, float]:
-        """An epoch of ``cuda_graphs`` steps: full batches through :attr:`captured`, a short last batch
-        eagerly. Returns the summed loss, the correct count, the images seen and the last learning rate."""
+        """An epoch of ``cuda_graphs`` steps through :attr:`captured` (a short last batch runs eagerly there).
+        Returns the summed loss, the correct count, the images seen and the last learning rate."""
         cfg = self.config
         assert self.captured is not None
         if self.hba is not None:
@@ -704,12 +702,7 @@ class _Trainer(_runner.WorkerBase):
         for x, y, _ in self._epoch_batches():
             lr = _runner.lr_at(cfg, self.step, self.steps_per_epoch)
             self.lr_tensor.fill_(lr)
-            if len(y) == cfg.batch_size:
-                self.static_x.copy_(x)
-                self.static_y.copy_(y)
-                self.captured()
-            else:
-                self._graph_step(x, y)
+            self.captured(x, y)
             self.step += 1
             if (self.device.type == "cpu" or self.step % 50 == 0) and not bool(torch.isfinite(self.sums[0])):
                 raise self._diverged(float(self.sums[0]), lr)  # the epoch's summed loss: nan or inf
@@ -787,15 +780,10 @@ class _Trainer(_runner.WorkerBase):
     # -- checkpoint -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The run's state; with several processes it holds every rank's random streams (a collective)."""
-        optimizer = self.opt.state_dict()
-        if self.captured is not None:
-            # The optimiser of every run's checkpoint: a number for the rate, the default kernel.
-            for group in optimizer["param_groups"]:
-                group["lr"], group["fused"] = float(group["lr"]), None
         return _runner.checkpoint_state(
             self, _CHECKPOINT_FORMAT, _CHECKPOINT_VERSION,
             model=self.model.state_dict(),
-            optimizer=optimizer,
+            optimizer=_runner.optimizer_state(self.opt),
             history=json.loads(json.dumps(self.records)),
             **_runner.rank_rng_state(self.device, self._generators(), self.dist),
         )
@@ -811,11 +799,7 @@ class _Trainer(_runner.WorkerBase):
             added_fields=_ADDED_FIELDS,
         )
         self.model.load_state_dict(state["model"])
-        self.opt.load_state_dict(state["optimizer"])
-        if self.captured is not None:
-            for group in self.opt.param_groups:
-                group["lr"], group["fused"] = self.lr_tensor, True
-            self.captured.reset()  # the graph would hold the replaced momentum buffers
+        _runner.load_optimizer_state(self.opt, state["optimizer"], self.lr_tensor, self.captured)
         _runner.restore_rank_rng(state, path, "a run", self.device, self._generators(), self.dist)
         _runner.restore_counters(self, state)
         self.records = list(state["history"])
