@@ -5,6 +5,8 @@
 - ``initial``: the search's initial policy (every hyperparameter at ``0.95 lo + 0.05 hi``, the contract, section 3)
   held for every epoch: what the search starts from.
 - ``last``: the learned schedule's last entry held for every epoch: is the curriculum worth anything?
+- ``mean``: the learned schedule's average over its entries held for every epoch: the same question for a
+  schedule that wanders rather than ramps.
 - ``shuffled``: the learned schedule with its op identities permuted (same probabilities and relative
   magnitudes, wrong ops): is it the choice of ops that helps, or just the amount of augmentation?
 
@@ -142,6 +144,14 @@ def last_entry_schedule(learned: Schedule) -> Schedule:
                     provenance={"control": f"last entry (of {learned.epochs}) of {learned.name} held constant"})
 
 
+def mean_schedule(learned: Schedule) -> Schedule:
+    """``learned``'s per-slot average over its entries held for every epoch (one entry): is it the schedule's
+    variation over time that helps, or only the policy it averages to?"""
+    return Schedule(learned.prob.mean(axis=0, keepdims=True), learned.mag.mean(axis=0, keepdims=True),
+                    name=f"{learned.name}-mean", count_probs=learned.count_probs,
+                    provenance={"control": f"the mean over the {learned.epochs} entries of {learned.name} held constant"})
+
+
 def shuffled_schedule(learned: Schedule, seed: int = 0) -> tuple[Schedule, list[str]]:
     """``learned`` with op identities permuted: op ``k``'s probabilities and relative magnitudes go to op
     ``perm[k]``, at every entry and in both copies (a derangement: every op moves).
@@ -178,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pba-log", default=str(PBA_DIR / "rcifar10_16_wrn.txt"), help="PBA schedule log")
     p.add_argument("--pba-epochs", type=int, default=200, help="epochs of PBA's search (its log's length)")
     p.add_argument("--seed", type=int, default=0, help="seed of the shuffled control's permutation")
-    p.add_argument("--out", required=True, help="folder for pba.json, initial.json, last.json, shuffled.json")
+    p.add_argument("--out", required=True, help="folder for pba.json, initial.json, last.json, mean.json, shuffled.json")
     args = p.parse_args(argv)
     from hba_augment import pretrained
 
@@ -188,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     shuffled, perm = shuffled_schedule(learned, args.seed)
     for name, schedule in (("pba", pba_schedule(Path(args.pba_log), args.pba_epochs)), ("initial", initial_schedule()),
-                           ("last", last_entry_schedule(learned)), ("shuffled", shuffled)):
+                           ("last", last_entry_schedule(learned)), ("mean", mean_schedule(learned)),
+                           ("shuffled", shuffled)):
         schedule.save(out / f"{name}.json")
         ops = schedule.prob.sum(axis=(1, 2))
         print(f"{name}: {schedule.epochs} entries, expected fired slots per entry (sum of p) "

@@ -21,7 +21,9 @@ log), ``schedules/`` (the controls: ``start-<search>.json``, each search's start
 Policies in a plan: torchvision's (``trivialaugment``, ``autoaugment``, ``randaugment``), the training
 baselines (``none``, ``baseline``, ``cutout``), ``pba`` (PBA's published schedule), ``pba-last`` (its last
 policy held for every epoch: PBA without its curriculum), ``start:<search>`` (that
-search's starting policy held for every epoch: the control it must beat), ``hba:<search>`` (its learned
+search's starting policy held for every epoch: the control it must beat), ``null:<search>`` (for a
+population search: the schedule the same search writes when its scores are noise, ``benchmarks/pbt_null.py``:
+did its selection learn, or did its explore step alone move the schedule?), ``hba:<search>`` (its learned
 schedule) and ``hba:<shipped name or path>``.
 
 On the lent GPU (``../shared/reference/GPU.md``; the data travels in an ignored folder named in ``carry``)::
@@ -74,9 +76,11 @@ def load_plan(path: str | os.PathLike[str]) -> dict[str, Any]:
                              f"and a non-empty policies list")
         for policy in spec["policies"]:
             kind, _, name = policy.partition(":")
-            if kind in ("start",) and name not in plan["searches"]:
+            if kind in ("start", "null") and name not in plan["searches"]:
                 raise ValueError(f"plan {path}: {policy!r} names no search of the plan ({sorted(plan['searches'])})")
-            if not (policy in (*TORCHVISION_POLICIES, *PBA_CONTROLS) or kind in ("start", "hba")):
+            if kind == "null" and "population" not in shlex.split(plan["searches"][name]):
+                raise ValueError(f"plan {path}: {policy!r} needs a search with --objective population")
+            if not (policy in (*TORCHVISION_POLICIES, *PBA_CONTROLS) or kind in ("start", "null", "hba")):
                 raise ValueError(f"plan {path}: unknown policy {policy!r}")
     return plan
 
@@ -101,8 +105,8 @@ class Campaign:
         kind, _, name = policy.partition(":")
         if policy in PBA_CONTROLS:
             return policy, self.root / "schedules" / f"{policy}.json"
-        if kind == "start":
-            return f"start-{name}", self.root / "schedules" / f"start-{name}.json"
+        if kind in ("start", "null"):
+            return f"{kind}-{name}", self.root / "schedules" / f"{kind}-{name}.json"
         if kind == "hba" and name in self.plan["searches"]:
             return name, self.search_dir(name) / "schedule.json"
         return policy, None
@@ -130,21 +134,31 @@ class Campaign:
 
     # -- controls -----------------------------------------------------------------------------------
     def write_controls(self) -> None:
-        """``schedules/start-<search>.json`` for every search and ``schedules/pba.json`` (if missing)."""
-        from hba_augment.search.cli import build_parser, config_from_args
+        """``schedules/start-<search>.json`` for every search, ``null-<search>.json`` for every population
+        search, ``pba.json`` and ``pba-last.json`` (each if missing)."""
+        from hba_augment.search.cli import build_parser, config_from_args, population_config_from_args
         from hba_augment.search.priors import start_schedule
+
+        sys.path.insert(0, str(REPO / "benchmarks"))
+        from control_schedules import PBA_DIR, last_entry_schedule, pba_schedule
+        from pbt_null import null_schedule
 
         folder = self.root / "schedules"
         folder.mkdir(parents=True, exist_ok=True)
         for name, options in self.plan["searches"].items():
+            # The search's own settings decide its controls: parse its command line as it will run.
+            args = build_parser().parse_args(self.search_argv(name, options))
+            cfg = config_from_args(args, "cpu")
             path = folder / f"start-{name}.json"
             if not path.exists():
-                # The search's own settings decide its start: parse its command line as it will run.
-                cfg = config_from_args(build_parser().parse_args(self.search_argv(name, options)), "cpu")
                 start_schedule(cfg.init, cfg.count_probs).save(path)
+            path = folder / f"null-{name}.json"
+            if args.objective == "population" and not path.exists():
+                pop = population_config_from_args(args, "cpu", cfg)
+                null_schedule(cfg.init, cfg.seed, population=pop.population, epochs=cfg.epochs, every=pop.every,
+                              resample_prob=pop.resample_prob, max_shift=pop.max_shift,
+                              count_probs=cfg.count_probs).save(path)
         if not all((folder / f"{name}.json").exists() for name in PBA_CONTROLS):
-            sys.path.insert(0, str(REPO / "benchmarks"))
-            from control_schedules import PBA_DIR, last_entry_schedule, pba_schedule
 
             pba = pba_schedule(PBA_DIR / "rcifar10_16_wrn.txt", 200)
             for name, schedule in (("pba", pba), ("pba-last", last_entry_schedule(pba))):
@@ -280,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="campaign folder (default: benchmarks/results/<plan name>)")
     p.add_argument("--pack", help="write the campaign's files (no checkpoints) into this .tar.gz")
     p.add_argument("--prepare", action="store_true",
-                   help="only write the control schedules (start-*.json, pba.json, pba-last.json) and stop: run it here before a "
+                   help="only write the control schedules (start-*.json, null-*.json, pba.json, pba-last.json) and stop: run it here before a "
                    "device call, since PBA's published schedule (../shared/reference) does not travel")
     return p
 

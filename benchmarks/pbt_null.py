@@ -41,6 +41,7 @@ import numpy as np
 
 from hba_augment._space import MAGNITUDE_OPS, NUM_COPIES, NUM_OPS
 from hba_augment.functional import OP_NAMES
+from hba_augment.schedule import Schedule
 from hba_augment.search import pbt
 from hba_augment.search.priors import prior_policy
 
@@ -105,7 +106,7 @@ def _hba_fractions(prob: np.ndarray, mag: np.ndarray) -> Policy:
 
 def null_lineage(start: Policy, explore: Explore, fractions: Callable[[np.ndarray, np.ndarray], Policy],
                  rng: np.random.Generator, *, population: int, epochs: int, every: int,
-                 explore_start: bool, greed: float = 0.0) -> Policy:
+                 explore_start: bool, greed: float = 0.0, raw: bool = False) -> Policy:
     """One population search whose scores are pure noise: the final best member's lineage, per epoch.
 
     Args:
@@ -120,9 +121,12 @@ def null_lineage(start: Policy, explore: Explore, fractions: Callable[[np.ndarra
             at the start itself (PBA's).
         greed: a greedy signal instead of none: each score is a uniform draw minus ``greed`` times the
             member's mean probability (less augmentation scores higher, as a short horizon favours).
+        raw: return the lineage in ``explore``'s own representation instead of as fractions (to write it
+            as a schedule, :func:`null_schedule`).
 
     Returns:
-        ``(prob, mag_fraction)``: ``(epochs, 2, 15)`` and ``(epochs, 2, 12)``.
+        ``(prob, mag_fraction)``: ``(epochs, 2, 15)`` and ``(epochs, 2, 12)``; with ``raw``, ``(prob, mag)``
+        per epoch in ``explore``'s representation.
     """
     members = [start] + [explore(*start, rng) if explore_start else start for _ in range(1, population)]
     starts = pbt.round_starts(epochs, every)
@@ -139,11 +143,45 @@ def null_lineage(start: Policy, explore: Explore, fractions: Callable[[np.ndarra
     best = int(rng.integers(population))  # the last scores are noise too
     chain = pbt.lineage(parents, best)
     bounds = [*starts, epochs]
-    per_round = [fractions(*plans[r][m]) for r, m in enumerate(chain)]
+    per_round = [plans[r][m] if raw else fractions(*plans[r][m]) for r, m in enumerate(chain)]
     lengths = [bounds[r + 1] - bounds[r] for r in range(len(starts))]
     prob = np.concatenate([np.repeat(p[None], n, 0) for (p, _), n in zip(per_round, lengths, strict=True)])
     mag = np.concatenate([np.repeat(m[None], n, 0) for (_, m), n in zip(per_round, lengths, strict=True)])
     return prob, mag
+
+
+def null_schedule(init: str, seed: int, *, population: int, epochs: int, every: int,
+                  resample_prob: float = pbt.EXPLORE_RESAMPLE_PROB, max_shift: int = pbt.EXPLORE_MAX_SHIFT,
+                  count_probs: tuple[float, ...] | None = None) -> Schedule:
+    """The schedule a population search of this package writes when its scores carry no signal.
+
+    The same start (``init``, members 1.. at explored copies), explore (:func:`hba_augment.search.pbt.explore`,
+    its default settings), truncation selection and lineage as ``hba-augment search --objective population``,
+    with noise for scores. Trained like a searched schedule, it is the control that says whether a search's
+    gain came from its selection or from the variation its explore step alone puts into a schedule.
+
+    Args:
+        init: the search's ``--init``.
+        seed: seeds every draw.
+        population, epochs, every: the search's ``--population``, ``--epochs`` and epochs per round.
+        resample_prob, max_shift: its explore step's settings.
+        count_probs: its ``count_probs`` if it overrode the prior's (``None``: the prior's).
+    """
+    prior = prior_policy(init)
+    rng = np.random.default_rng(seed)
+
+    def explore(prob: np.ndarray, mag: np.ndarray, rng: np.random.Generator) -> Policy:
+        return pbt.explore(prob, mag, rng, resample_prob=resample_prob, max_shift=max_shift)
+
+    prob, mag = null_lineage((prior.prob, prior.mag), explore, _hba_fractions, rng, population=population,
+                             epochs=epochs, every=every, explore_start=True, raw=True)
+    counts = prior.count_probs if count_probs is None else tuple(count_probs)
+    return Schedule(prob, mag, name=f"null-{init.replace(':', '-')}-{seed}", count_probs=counts,
+                    provenance={"control": "a population search whose scores are noise (benchmarks/pbt_null.py)",
+                                "init": init, "seed": seed, "population": population, "search_epochs": epochs,
+                                "exploit_every": every, "explore": {"resample_prob": resample_prob,
+                                                                    "max_shift": max_shift},
+                                "note": "a comparison control for benchmarks; never shipped"})
 
 
 def ramp_epoch(mean: np.ndarray, level: float = RAMP_LEVEL) -> np.ndarray:
@@ -260,9 +298,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--replicates", type=int, default=1000, help="null searches per setting (default: 1000)")
     p.add_argument("--seed", type=int, default=0, help="seed of every draw (default: 0)")
     p.add_argument("--out", help="also write the table to this Markdown file")
+    p.add_argument("--schedules", metavar="DIR",
+                   help="instead of the report, write --count null schedules (null-<init>-<seed>.json) of one "
+                        "search setting (--init, --population, --epochs, --every) to DIR")
+    p.add_argument("--count", type=int, default=3, help="null schedules to write (seeds --seed, --seed + 1, ...)")
+    p.add_argument("--init", default="trivialaugment", help="the search's --init (default: trivialaugment)")
+    p.add_argument("--population", type=int, default=4, help="the search's --population (default: 4)")
+    p.add_argument("--epochs", type=int, default=100, help="the search's --epochs (default: 100)")
+    p.add_argument("--every", type=int, default=2, help="epochs per round (default: 2, the 100-epoch search's)")
     args = p.parse_args(argv)
     if args.replicates < 2:
         p.error(f"--replicates must be at least 2, got {args.replicates}")
+    if args.schedules:
+        out = Path(args.schedules)
+        out.mkdir(parents=True, exist_ok=True)
+        for seed in range(args.seed, args.seed + args.count):
+            schedule = null_schedule(args.init, seed, population=args.population, epochs=args.epochs,
+                                     every=args.every)
+            path = out / f"{schedule.name}.json"
+            schedule.save(path)
+            print(f"{path}: mean p {schedule.prob.mean():.3f}, "
+                  f"mean magnitude fraction {pbt.mag_fractions(schedule.mag).mean():.3f}")
+        return 0
     text = report(args.replicates, args.seed)
     print(text)
     if args.out:

@@ -105,6 +105,9 @@ def test_last_and_shuffled_controls(cs):
     learned = Schedule(prob, mag, name="learned")
     last = cs.last_entry_schedule(learned)
     assert last.epochs == 1 and np.array_equal(last.prob[0], prob[-1])
+    mean = cs.mean_schedule(learned)
+    assert mean.epochs == 1 and np.allclose(mean.prob[0], prob.mean(0))
+    assert np.allclose(mean.mag[0], mag.mean(0), equal_nan=True) and np.isnan(mean.mag[0, 0, 5])  # AutoContrast
     shuffled, perm = cs.shuffled_schedule(learned, seed=3)
     assert sorted(perm) == sorted(OP_NAMES) and all(a != b for a, b in zip(OP_NAMES, perm, strict=True))
     # Same probabilities per entry and copy, on other ops; relative magnitudes move with them.

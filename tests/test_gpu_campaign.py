@@ -62,6 +62,7 @@ def test_a_campaign_searches_judges_and_packs(data_dir: Path, tmp_path: Path):
     ({"evals": {"val": {"seeds": [0], "policies": ["start:nope"]}}}, "'start:nope' names no search"),
     ({"evals": {"val": {"seeds": [0], "policies": ["autoaugmentt"]}}}, "unknown policy 'autoaugmentt'"),
     ({"evals": {"train": {"seeds": [0], "policies": ["none"]}}}, "must be 'val' or 'test'"),
+    ({"evals": {"val": {"seeds": [0], "policies": ["null:s"]}}}, "'null:s' needs a search with --objective population"),
 ])
 def test_bad_plans_are_refused(tmp_path: Path, change, match):
     plan = tmp_path / "plan.json"
@@ -115,3 +116,29 @@ def test_search_starts_only_the_named_searches(tmp_path: Path, monkeypatch):
     assert campaign.start_searches() == ["s"] and launched == ["search s"]
     with pytest.raises(SystemExit, match="--search 'c' is not a search of"):
         gpu_campaign.main([str(path), "--search", "c"])
+
+
+def test_prepare_writes_a_population_search_s_null_control(tmp_path: Path):
+    """``null:<search>``: the schedule that search writes with scores of pure noise, at its own settings."""
+    import argparse
+
+    plan = {**_TINY, "searches": {"p": "--init trivialaugment --objective population --population 4 --epochs 30 "
+                                        "--exploit-every 3"},
+            "evals": {"test": {"seeds": [0], "policies": ["start:p", "null:p"]}}}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    campaign = gpu_campaign.Campaign(gpu_campaign.load_plan(path),
+                                     argparse.Namespace(out=str(tmp_path / "c"), data_root=str(tmp_path), budget=1.0))
+    campaign.write_controls()
+    label, file = campaign.schedule_of("null:p")
+    assert label == "null-p" and campaign.ready("null:p")
+    null = Schedule.load(file)
+    assert null.epochs == 30 and null.provenance["population"] == 4 and null.provenance["exploit_every"] == 3
+    assert null.count_probs == pytest.approx(start_schedule("trivialaugment").count_probs)
+    # The search's own settings (its seed, explore and rounds) drew it.
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from pbt_null import null_schedule
+
+    expected = null_schedule("trivialaugment", 0, population=4, epochs=30, every=3)
+    np.testing.assert_allclose(null.prob, expected.prob, atol=1e-6)  # the file keeps 6 significant digits
+    np.testing.assert_allclose(null.mag, expected.mag, rtol=1e-5)

@@ -80,3 +80,19 @@ def test_a_greedy_signal_holds_augmentation_back():
     greedy = pbt_null.simulate("pba", 20, 0, population=16, explore_start=False, greed=4.0)
     assert greedy["prob"][:, -1].mean() < null["prob"][:, -1].mean() - 0.2
     assert np.median(pbt_null.ramp_epoch(greedy["prob"])) > np.median(pbt_null.ramp_epoch(null["prob"]))
+
+
+def test_a_null_schedule_is_the_lineage_of_the_search_s_own_explore():
+    start = prior_policy("trivialaugment")
+    schedule = pbt_null.null_schedule("trivialaugment", 3, population=4, epochs=20, every=2)
+    assert schedule.epochs == 20 and schedule.count_probs == pytest.approx(start.count_probs)
+    # The same draws as the report's fractions: raw is the same lineage, before the conversion.
+    prob, frac = pbt_null.null_lineage((start.prob, start.mag), pbt.explore, pbt_null._hba_fractions,
+                                       np.random.default_rng(3), population=4, epochs=20, every=2,
+                                       explore_start=True)
+    np.testing.assert_array_equal(schedule.prob, prob)
+    np.testing.assert_allclose(pbt.mag_fractions(schedule.mag), frac)
+    # Explore settings reach the walk: with no shift and no resampling, the schedule is its start.
+    frozen = pbt_null.null_schedule("trivialaugment", 3, population=4, epochs=20, every=2, resample_prob=0.0,
+                                    max_shift=0)
+    assert np.array_equal(frozen.prob, np.broadcast_to(start.prob, frozen.prob.shape))
