@@ -230,6 +230,10 @@ def _band(values: np.ndarray) -> str:
     return f"{values.mean():.3f} [{lo:.3f}, {hi:.3f}]"
 
 
+def _commit() -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
+
+
 def report(replicates: int, seed: int) -> str:
     pba_prob, pba_mag = pba_fractions()
     pba = {"prob": pba_prob.mean(axis=(1, 2)), "mag": np.nanmean(pba_mag, axis=(1, 2))}
@@ -240,7 +244,7 @@ def report(replicates: int, seed: int) -> str:
         "TrivialAugment-like start, 8 members (the queued population-ta)": simulate(
             "trivialaugment", replicates, seed + 1, population=8, explore_start=True),
     }
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
+    commit = _commit()
     lines = [
         "# A population search with no signal, beside PBA's published schedule (`benchmarks/pbt_null.py`)",
         "",
@@ -293,6 +297,94 @@ def report(replicates: int, seed: int) -> str:
     return "\n".join(lines)
 
 
+def op_mix(prob: np.ndarray, mag: np.ndarray, start: Policy) -> dict[str, float]:
+    """How far a per-epoch schedule (``(epochs, 2, 15)`` each, this package's values) moved from ``start``,
+    averaged over its epochs: per op, the mean probability over time and both copies, and per magnitude slot,
+    the mean fraction of its range."""
+    op = np.asarray(prob).mean(axis=(0, 1))
+    move = op - np.asarray(start[0]).mean(axis=0)
+    frac = pbt.mag_fractions(mag).mean(axis=0)
+    return {
+        "ops' mean p: summed absolute change": float(np.abs(move).sum()),
+        "ops' mean p: largest absolute change": float(np.abs(move).max()),
+        "ops' mean p: std over the 15 ops": float(op.std()),
+        "mean p over all slots: absolute change": float(abs(np.asarray(prob).mean() - np.asarray(start[0]).mean())),
+        "magnitude fractions: summed absolute change (24 slots)":
+            float(np.abs(frac - pbt.mag_fractions(start[1])).sum()),
+        "mean magnitude fraction: absolute change": float(abs(frac.mean() - pbt.mag_fractions(start[1]).mean())),
+    }
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    return np.argsort(np.argsort(x)).astype(float)  # ties (rare for accuracies of 10,000 images) ranked by order
+
+
+def selection_signal(rounds: list[dict]) -> dict[str, tuple[float, float]]:
+    """From a population search's ``metrics.jsonl`` rounds: whether its members' validation accuracies rank
+    with their policies' strength (per round, Spearman's rho between ``val_acc`` and each member's mean
+    probability, resp. mean magnitude fraction; mean and standard error over rounds), and how far apart
+    the members' accuracies are (max - min, points, first and last ten rounds)."""
+    rho_p = np.array([np.corrcoef(_ranks(np.array(r["val_acc"])), _ranks(np.array(r["mean_prob"])))[0, 1]
+                      for r in rounds])
+    rho_m = np.array([np.corrcoef(_ranks(np.array(r["val_acc"])), _ranks(np.array(r["mean_mag_fraction"])))[0, 1]
+                      for r in rounds])
+    spread = np.array([100 * (max(r["val_acc"]) - min(r["val_acc"])) for r in rounds])
+
+    def mean_se(x: np.ndarray) -> tuple[float, float]:
+        x = x[np.isfinite(x)]
+        return float(x.mean()), float(x.std(ddof=1) / np.sqrt(len(x)))
+
+    return {"rho(val acc, mean p)": mean_se(rho_p), "rho(val acc, mean magnitude)": mean_se(rho_m),
+            "accuracy spread, first 10 rounds (points)": mean_se(spread[:10]),
+            "accuracy spread, last 10 rounds (points)": mean_se(spread[-10:])}
+
+
+def searched_report(folder: Path, replicates: int, seed: int) -> str:
+    """A population search's schedule (``folder/schedule.json``) and rounds (``folder/metrics.jsonl``)
+    against ``replicates`` null searches of its own settings: is what it wrote more than its explore step's
+    drift, and did its selection see its policies at all?"""
+    schedule = Schedule.load(folder / "schedule.json")
+    prov = schedule.provenance
+    prior = prior_policy(prov["init"])
+    start = (prior.prob, prior.mag)
+    explore_cfg = prov.get("explore", {})
+    resample_prob = explore_cfg.get("resample_prob", pbt.EXPLORE_RESAMPLE_PROB)
+    max_shift = explore_cfg.get("max_shift", pbt.EXPLORE_MAX_SHIFT)
+
+    def explore(prob: np.ndarray, mag: np.ndarray, rng: np.random.Generator) -> Policy:
+        return pbt.explore(prob, mag, rng, resample_prob=resample_prob, max_shift=max_shift)
+
+    observed = op_mix(schedule.prob, schedule.mag, start)
+    rng = np.random.default_rng(seed)
+    nulls = [op_mix(*null_lineage(start, explore, _hba_fractions, rng, population=prov["population"],
+                                  epochs=prov["search_epochs"], every=prov["exploit_every"], explore_start=True,
+                                  raw=True), start) for _ in range(replicates)]
+    lines = [f"# `{prov.get('command', folder)}` against a search with no signal (`benchmarks/pbt_null.py --searched`)",
+             "",
+             f"- Null: {replicates} searches of its settings ({prov['population']} members, {prov['search_epochs']} "
+             f"epochs, a round every {prov['exploit_every']}, start `{prov['init']}`, explore resample "
+             f"{resample_prob}, max shift {max_shift}) whose scores are noise; seed {seed}.",
+             f"- Command: `python benchmarks/pbt_null.py --searched {folder} --replicates {replicates} --seed {seed}`",
+             f"- Commit: {_commit() or 'unknown'}; numpy only (no training); "
+             f"date: {datetime.now(timezone.utc).isoformat(timespec='seconds')}", "",
+             "What the schedule changed, averaged over its epochs, against the null (mean [5%, 95%]; the fraction "
+             "of null searches that changed at least as much):", "",
+             "| statistic | searched | null | null at least as large |", "|---|---|---|---|"]
+    for name, value in observed.items():
+        null = np.array([n[name] for n in nulls])
+        lines.append(f"| {name} | {value:.3f} | {_band(null)} | {(null >= value).mean():.3f} |")
+    metrics = folder / "metrics.jsonl"
+    if metrics.exists():
+        import json
+
+        rounds = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip()]
+        lines += ["", f"Selection ({len(rounds)} rounds): do the members' validation accuracies rank with their "
+                  "policies' strength? (Spearman's rho per round, mean ± standard error over rounds)", "",
+                  "| statistic | mean ± se |", "|---|---|"]
+        lines += [f"| {name} | {m:.3f} ± {se:.3f} |" for name, (m, se) in selection_signal(rounds).items()]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--replicates", type=int, default=1000, help="null searches per setting (default: 1000)")
@@ -306,9 +398,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--population", type=int, default=4, help="the search's --population (default: 4)")
     p.add_argument("--epochs", type=int, default=100, help="the search's --epochs (default: 100)")
     p.add_argument("--every", type=int, default=2, help="epochs per round (default: 2, the 100-epoch search's)")
+    p.add_argument("--searched", metavar="DIR",
+                   help="instead of the report, test the population search in DIR (its schedule.json and "
+                        "metrics.jsonl) against --replicates null searches of its own settings")
     args = p.parse_args(argv)
     if args.replicates < 2:
         p.error(f"--replicates must be at least 2, got {args.replicates}")
+    if args.searched:
+        text = searched_report(Path(args.searched), args.replicates, args.seed)
+        print(text)
+        if args.out:
+            Path(args.out).write_text(text, encoding="utf-8")
+        return 0
     if args.schedules:
         out = Path(args.schedules)
         out.mkdir(parents=True, exist_ok=True)

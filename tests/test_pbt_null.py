@@ -96,3 +96,47 @@ def test_a_null_schedule_is_the_lineage_of_the_search_s_own_explore():
     frozen = pbt_null.null_schedule("trivialaugment", 3, population=4, epochs=20, every=2, resample_prob=0.0,
                                     max_shift=0)
     assert np.array_equal(frozen.prob, np.broadcast_to(start.prob, frozen.prob.shape))
+
+
+def test_op_mix_measures_the_move_from_the_start():
+    start = prior_policy("trivialaugment")
+    held = np.broadcast_to(start.prob, (5, 2, 15)), np.broadcast_to(start.mag, (5, 2, 15))
+    assert all(v == pytest.approx(0.0, abs=1e-12) for k, v in pbt_null.op_mix(*held, (start.prob, start.mag)).items()
+               if "change" in k)
+    prob = np.array(held[0])
+    prob[:, :, 6] = 0.52  # Invert, 0.02 in the start, up by 0.5 in both copies at every epoch
+    mix = pbt_null.op_mix(prob, held[1], (start.prob, start.mag))
+    assert mix["ops' mean p: largest absolute change"] == pytest.approx(0.5)
+    assert mix["ops' mean p: summed absolute change"] == pytest.approx(0.5)
+    assert mix["mean p over all slots: absolute change"] == pytest.approx(0.5 / 15)
+
+
+def test_selection_signal_sees_a_ranking_and_its_absence():
+    strong = [{"val_acc": [0.70, 0.71, 0.72, 0.73], "mean_prob": [0.1, 0.2, 0.3, 0.4],
+               "mean_mag_fraction": [0.4, 0.3, 0.2, 0.1]}] * 3
+    signal = pbt_null.selection_signal(strong)
+    assert signal["rho(val acc, mean p)"][0] == pytest.approx(1.0)
+    assert signal["rho(val acc, mean magnitude)"][0] == pytest.approx(-1.0)
+    assert signal["accuracy spread, last 10 rounds (points)"][0] == pytest.approx(3.0)
+    rng = np.random.default_rng(0)
+    noise = [{"val_acc": rng.random(8).tolist(), "mean_prob": rng.random(8).tolist(),
+              "mean_mag_fraction": rng.random(8).tolist()} for _ in range(400)]
+    rho, se = pbt_null.selection_signal(noise)["rho(val acc, mean p)"]
+    assert abs(rho) < 3 * se
+
+
+def test_a_null_search_is_not_flagged_against_its_own_null(tmp_path):
+    """The report on a search's folder, run on a null schedule of the same settings: no statistic extreme."""
+    import json
+
+    schedule = pbt_null.null_schedule("trivialaugment", 5, population=4, epochs=40, every=2)
+    schedule.provenance.update({"init": "trivialaugment", "search_epochs": 40, "command": "null"})
+    schedule.save(tmp_path / "schedule.json")
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(
+        {"val_acc": [0.5, 0.6, 0.7, 0.8], "mean_prob": [0.4, 0.5, 0.3, 0.6], "mean_mag_fraction": [0.5] * 4})
+        for _ in range(20)))
+    text = pbt_null.searched_report(tmp_path, 200, 0)
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| ops'") or line.startswith("| mean")]
+    assert len(rows) == 5
+    assert all(0.01 < float(row[-1].rstrip(" |")) < 0.99 for row in rows), text
+    assert "rho(val acc, mean p) | 0.400 ± 0.000" in text  # ranks 1, 2, 0, 3 against 0, 1, 2, 3
