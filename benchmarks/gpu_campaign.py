@@ -38,6 +38,7 @@ and here, after the call: ``tar xzf <files_at>/campaign.tgz`` in the repository 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shlex
@@ -61,6 +62,13 @@ _TRAIN_KEYS = {"model", "epochs", "train_size", "preset", "extra"}
 _SPLIT_KEYS = {"seeds", "policies", "test_size"}
 
 
+def _is_population(options: str) -> bool:
+    """Whether a search's options (a plan's ``searches`` value) select ``--objective population``."""
+    tokens = shlex.split(options)
+    return "--objective=population" in tokens or any(
+        a == "--objective" and b == "population" for a, b in itertools.pairwise(tokens))
+
+
 def load_plan(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and check a plan file; ``ValueError`` naming the first problem."""
     plan = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -78,7 +86,7 @@ def load_plan(path: str | os.PathLike[str]) -> dict[str, Any]:
             kind, _, name = policy.partition(":")
             if kind in ("start", "null") and name not in plan["searches"]:
                 raise ValueError(f"plan {path}: {policy!r} names no search of the plan ({sorted(plan['searches'])})")
-            if kind == "null" and "population" not in shlex.split(plan["searches"][name]):
+            if kind == "null" and not _is_population(plan["searches"][name]):
                 raise ValueError(f"plan {path}: {policy!r} needs a search with --objective population")
             if not (policy in (*TORCHVISION_POLICIES, *PBA_CONTROLS) or kind in ("start", "null", "hba")):
                 raise ValueError(f"plan {path}: unknown policy {policy!r}")
