@@ -22,9 +22,20 @@ are exchangeable, so a learned preference for some ops shows as more spread than
 Where PBA's numbers lie inside the null's bands, that statistic of its schedule is what a search without
 signal also produces. No network is trained; it runs in seconds.
 
+Two more uses of the same null, for this package's own population searches:
+
+- ``--searched DIR``: a finished search (``DIR/schedule.json``, ``DIR/metrics.jsonl``) against null searches of
+  its own settings: is what its schedule changed more than its explore step's drift, and did its members'
+  validation accuracies rank with their policies' strength at all?
+- ``--schedules DIR``: null schedules of one search setting, to train as controls beside the searched one
+  (``gpu_campaign.py`` writes one per population search as ``null:<search>``).
+
 Usage::
 
     python benchmarks/pbt_null.py --replicates 1000 --out benchmarks/results/pbt_null.md
+    python benchmarks/pbt_null.py --searched runs/population-ta --out runs/population-ta/null.md
+    python benchmarks/pbt_null.py --schedules runs/nulls --count 3 --init trivialaugment --population 4 \
+        --epochs 100 --every 2
 """
 
 from __future__ import annotations
