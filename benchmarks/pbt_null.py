@@ -41,6 +41,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import subprocess
 import sys
@@ -166,9 +167,8 @@ def null_schedule(init: str, seed: int, *, population: int, epochs: int, every: 
                   count_probs: tuple[float, ...] | None = None) -> Schedule:
     """The schedule a population search of this package writes when its scores carry no signal.
 
-    The same start (``init``, members 1.. at explored copies), explore (:func:`hba_augment.search.pbt.explore`,
-    its default settings), truncation selection and lineage as ``hba-augment search --objective population``,
-    with noise for scores. Trained like a searched schedule, it is the control that says whether a search's
+    The same start (``init``, members 1.. at explored copies), explore (:func:`hba_augment.search.pbt.explore`),
+    truncation selection and lineage as ``hba-augment search --objective population``, with noise for scores. Trained like a searched schedule, it is the control that says whether a search's
     gain came from its selection or from the variation its explore step alone puts into a schedule.
 
     Args:
@@ -386,8 +386,6 @@ def searched_report(folder: Path, replicates: int, seed: int) -> str:
         lines.append(f"| {name} | {value:.3f} | {_band(null)} | {(null >= value).mean():.3f} |")
     metrics = folder / "metrics.jsonl"
     if metrics.exists():
-        import json
-
         rounds = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip()]
         lines += ["", f"Selection ({len(rounds)} rounds): do the members' validation accuracies rank with their "
                   "policies' strength? (Spearman's rho per round, mean ± standard error over rounds)", "",
@@ -401,7 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--replicates", type=int, default=1000, help="null searches per setting (default: 1000)")
     p.add_argument("--seed", type=int, default=0, help="seed of every draw (default: 0)")
     p.add_argument("--out", help="also write the table to this Markdown file")
-    p.add_argument("--schedules", metavar="DIR",
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--schedules", metavar="DIR",
                    help="instead of the report, write --count null schedules (null-<init>-<seed>.json) of one "
                         "search setting (--init, --population, --epochs, --every) to DIR")
     p.add_argument("--count", type=int, default=3, help="null schedules to write (seeds --seed, --seed + 1, ...)")
@@ -409,18 +408,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--population", type=int, default=4, help="the search's --population (default: 4)")
     p.add_argument("--epochs", type=int, default=100, help="the search's --epochs (default: 100)")
     p.add_argument("--every", type=int, default=2, help="epochs per round (default: 2, the 100-epoch search's)")
-    p.add_argument("--searched", metavar="DIR",
+    mode.add_argument("--searched", metavar="DIR",
                    help="instead of the report, test the population search in DIR (its schedule.json and "
                         "metrics.jsonl) against --replicates null searches of its own settings")
     args = p.parse_args(argv)
     if args.replicates < 2:
         p.error(f"--replicates must be at least 2, got {args.replicates}")
-    if args.searched:
-        text = searched_report(Path(args.searched), args.replicates, args.seed)
-        print(text)
-        if args.out:
-            Path(args.out).write_text(text, encoding="utf-8")
-        return 0
+    if args.count < 1:
+        p.error(f"--count must be at least 1, got {args.count}")
     if args.schedules:
         out = Path(args.schedules)
         out.mkdir(parents=True, exist_ok=True)
@@ -432,7 +427,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{path}: mean p {schedule.prob.mean():.3f}, "
                   f"mean magnitude fraction {pbt.mag_fractions(schedule.mag).mean():.3f}")
         return 0
-    text = report(args.replicates, args.seed)
+    if args.searched:
+        text = searched_report(Path(args.searched), args.replicates, args.seed)
+    else:
+        text = report(args.replicates, args.seed)
     print(text)
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")
