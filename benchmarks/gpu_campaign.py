@@ -144,12 +144,11 @@ class Campaign:
     def write_controls(self) -> None:
         """``schedules/start-<search>.json`` for every search, ``null-<search>.json`` for every population
         search, ``pba.json`` and ``pba-last.json`` (each if missing)."""
-        from hba_augment.search.cli import build_parser, config_from_args, population_config_from_args
-        from hba_augment.search.priors import start_schedule
-
-        sys.path.insert(0, str(REPO / "benchmarks"))
         from control_schedules import PBA_DIR, last_entry_schedule, pba_schedule
         from pbt_null import null_schedule
+
+        from hba_augment.search.cli import build_parser, config_from_args, population_config_from_args
+        from hba_augment.search.priors import start_schedule
 
         folder = self.root / "schedules"
         folder.mkdir(parents=True, exist_ok=True)

@@ -41,6 +41,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import platform
 import subprocess
@@ -116,6 +117,11 @@ def _hba_fractions(prob: np.ndarray, mag: np.ndarray) -> Policy:
     return prob, pbt.mag_fractions(mag)
 
 
+def _hba_explore(resample_prob: float, max_shift: int) -> Explore:
+    """This package's explore step (:func:`hba_augment.search.pbt.explore`) with a search's settings."""
+    return functools.partial(pbt.explore, resample_prob=resample_prob, max_shift=max_shift)
+
+
 def null_lineage(start: Policy, explore: Explore, fractions: Callable[[np.ndarray, np.ndarray], Policy],
                  rng: np.random.Generator, *, population: int, epochs: int, every: int,
                  explore_start: bool, greed: float = 0.0, raw: bool = False) -> Policy:
@@ -180,10 +186,7 @@ def null_schedule(init: str, seed: int, *, population: int, epochs: int, every: 
     """
     prior = prior_policy(init)
     rng = np.random.default_rng(seed)
-
-    def explore(prob: np.ndarray, mag: np.ndarray, rng: np.random.Generator) -> Policy:
-        return pbt.explore(prob, mag, rng, resample_prob=resample_prob, max_shift=max_shift)
-
+    explore = _hba_explore(resample_prob, max_shift)
     prob, mag = null_lineage((prior.prob, prior.mag), explore, _hba_fractions, rng, population=population,
                              epochs=epochs, every=every, explore_start=True, raw=True)
     counts = prior.count_probs if count_probs is None else tuple(count_probs)
@@ -361,10 +364,7 @@ def searched_report(folder: Path, replicates: int, seed: int) -> str:
     explore_cfg = prov.get("explore", {})
     resample_prob = explore_cfg.get("resample_prob", pbt.EXPLORE_RESAMPLE_PROB)
     max_shift = explore_cfg.get("max_shift", pbt.EXPLORE_MAX_SHIFT)
-
-    def explore(prob: np.ndarray, mag: np.ndarray, rng: np.random.Generator) -> Policy:
-        return pbt.explore(prob, mag, rng, resample_prob=resample_prob, max_shift=max_shift)
-
+    explore = _hba_explore(resample_prob, max_shift)
     observed = op_mix(schedule.prob, schedule.mag, start)
     rng = np.random.default_rng(seed)
     nulls = [op_mix(*null_lineage(start, explore, _hba_fractions, rng, population=prov["population"],
