@@ -147,14 +147,14 @@ class Campaign:
         from control_schedules import PBA_DIR, last_entry_schedule, pba_schedule
         from pbt_null import null_schedule
 
-        from hba_augment.search.cli import build_parser, config_from_args, population_config_from_args
+        from hba_augment.search.cli import config_from_args, population_config_from_args
         from hba_augment.search.priors import start_schedule
 
         folder = self.root / "schedules"
         folder.mkdir(parents=True, exist_ok=True)
         for name, options in self.plan["searches"].items():
             # The search's own settings decide its controls: parse its command line as it will run.
-            args = build_parser().parse_args(self.search_argv(name, options))
+            args = self.search_args(name, options)
             cfg = config_from_args(args, "cpu")
             path = folder / f"start-{name}.json"
             if not path.exists():
@@ -178,6 +178,24 @@ class Campaign:
                 *self.plan.get("search_args", []), *shlex.split(options), "--out", str(self.search_dir(name)),
                 "--name", name]
 
+    def search_args(self, name: str, options: str) -> argparse.Namespace:
+        """A search's command line as ``hba-augment search`` parses it."""
+        from hba_augment.search.cli import build_parser
+
+        return build_parser().parse_args(self.search_argv(name, options))
+
+    def search_slots(self, name: str, options: str) -> int:
+        """The processes a search keeps busy on the device: a population search's workers (its config's
+        ``procs``; 0, every member in one process, counts 1), else 1. Counted against ``--max-procs``, so
+        that ``--max-procs`` at a population's size runs the search alone, then gives its slots to its own
+        evaluations as it ends."""
+        from hba_augment.search.cli import population_config_from_args
+
+        args = self.search_args(name, options)
+        if args.objective != "population":
+            return 1
+        return max(1, population_config_from_args(args, "cpu").procs)
+
     def launch(self, label: str, cmd: list[str], log: Path, slots: int = 1) -> None:
         log.parent.mkdir(parents=True, exist_ok=True)
         handle = open(log, "a", encoding="utf-8")  # closed in stop_all, once the process has ended
@@ -194,7 +212,7 @@ class Campaign:
                 continue
             cmd = [sys.executable, "-m", "hba_augment", "search", *self.search_argv(name, options),
                    "--device", self.args.device, "--resume", "--no-progress", "--no-plot"]
-            self.launch(f"search {name}", cmd, self.search_dir(name) / "log.txt")
+            self.launch(f"search {name}", cmd, self.search_dir(name) / "log.txt", self.search_slots(name, options))
             started.append(name)
         return started
 

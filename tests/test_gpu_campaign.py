@@ -142,3 +142,21 @@ def test_prepare_writes_a_population_search_s_null_control(tmp_path: Path):
     expected = null_schedule("trivialaugment", 0, population=4, epochs=30, every=3)
     np.testing.assert_allclose(null.prob, expected.prob, atol=1e-6)  # the file keeps 6 significant digits
     np.testing.assert_allclose(null.mag, expected.mag, rtol=1e-5)
+
+
+def test_a_population_search_holds_a_slot_per_worker(tmp_path: Path, monkeypatch):
+    """``--max-procs`` counts device processes: a population search's workers hold its slots until it ends,
+    then its own evaluations get them."""
+    plan = {**_TINY, "searches": {"p": "--init trivialaugment --objective population --population 4",
+                                  "q": "--init trivialaugment --objective population --population 4 "
+                                       "--population-procs 2",
+                                  "z": "--init trivialaugment --objective population --population-procs 0",
+                                  "s": "--init uniform:0.3"}}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    args = gpu_campaign.build_parser().parse_args([str(path), "--out", str(tmp_path / "c"), "--search", "p"])
+    campaign = gpu_campaign.Campaign(gpu_campaign.load_plan(path), args)
+    assert [campaign.search_slots(n, o) for n, o in plan["searches"].items()] == [4, 2, 1, 1]
+    launched = []
+    monkeypatch.setattr(campaign, "launch", lambda label, cmd, log, slots=1: launched.append((label, slots)))
+    assert campaign.start_searches() == ["p"] and launched == [("search p", 4)]
