@@ -311,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds kept free at the end for the tables and the archive (default: 20)")
     p.add_argument("--min-eval-seconds", type=float, default=240.0,
                    help="start an evaluation only with at least this much budget left (default: 240)")
-    p.add_argument("--max-procs", type=int, default=8, help="processes at a time, searches included (default: 8)")
+    p.add_argument("--max-procs", type=int, default=8, help="processes at a time, searches included, a population search counting one per worker (default: 8)")
     p.add_argument("--threads", type=int, default=2, help="torch threads per training (default: 2)")
     p.add_argument("--search", action="append", metavar="NAME",
                    help="start only this search of the plan (repeatable; default: every search without a schedule): "
