@@ -67,6 +67,7 @@ __all__ = [
     "rng_state",
     "run_epochs",
     "save_checkpoint",
+    "source_commit",
     "standardisation",
     "start_session",
     "write_jsonl",
@@ -302,6 +303,31 @@ def describe_device(device: torch.device) -> str:
         pass
     return (f"{device.type.upper()}: {cpu}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, "
             f"torch {torch.__version__}")
+
+
+def source_commit(root: str | os.PathLike[str] | None = None) -> str | None:
+    """The git commit of the package's source, for provenance: the short hash of ``HEAD`` of the checkout
+    that holds ``root`` (default: this package's folder), with ``+modified`` when the package's files differ
+    from it; ``None`` outside a git checkout (an installed wheel) or without git.
+
+    A learned schedule ships with the search's provenance, and the package version alone does not say which
+    code between two releases ran it."""
+    import subprocess
+
+    folder = Path(root) if root is not None else Path(__file__).resolve().parent
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=10,
+                              check=False)
+
+    try:
+        head = git("rev-parse", "--short", "HEAD")
+        if head.returncode != 0:
+            return None
+        modified = git("diff", "--quiet", "HEAD", "--", ".").returncode != 0
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+modified" if modified else "")
 
 
 def fingerprint(*tensors: Tensor) -> str:

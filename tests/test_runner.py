@@ -99,3 +99,25 @@ def test_standardisation_is_torchs_mean_and_std_in_any_chunks(cifar_images):
     out = s(images)
     torch.testing.assert_close(out.mean(dim=(0, 2, 3)), torch.zeros(3), atol=1e-5, rtol=0)
     torch.testing.assert_close(out.std(dim=(0, 2, 3)), torch.ones(3), atol=1e-4, rtol=0)
+
+
+def test_source_commit_names_the_checkout_and_whether_its_files_differ(tmp_path: Path):
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    assert _runner.source_commit(tmp_path) is None  # not a checkout (an installed wheel)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", "code.py")
+    git("commit", "-q", "-m", "one")
+    head = git("rev-parse", "--short", "HEAD")
+    assert _runner.source_commit(tmp_path) == head
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert _runner.source_commit(tmp_path) == f"{head}+modified"

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.usefixtures("torch_single_thread")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PROVENANCE_KEYS = {"dataset", "train_images", "val_images", "model", "strategy", "search_epochs", "seed",
                    "wall_seconds", "device", "package_version", "command", "lr", "wd", "hparam_lr", "batch_size",
-                   "sigma", "data_source"}
+                   "sigma", "data_source", "git_commit"}
 
 
 @pytest.fixture(scope="module")

@@ -67,7 +67,7 @@ from hba_augment import _cli_common, _distributed, _runner, functional
 from hba_augment._runner import (
     LR_SCHEDULES as LR_SCHEDULES,  # re-exported (this module defined it before _runner existed)
 )
-from hba_augment._runner import baseline_augment, describe_device, lr_at
+from hba_augment._runner import baseline_augment, describe_device, lr_at, source_commit
 from hba_augment._version import __version__
 from hba_augment.functional import MAGNITUDE_OPS, OPS
 from hba_augment.models import create_model
@@ -799,6 +799,7 @@ class _Search(_runner.WorkerBase):
             "wall_seconds": round(self.wall_seconds, 1),
             "device": describe_device(self.device),
             "package_version": __version__,
+            "git_commit": source_commit(),
             "command": command,
             **training_provenance(cfg),
             "hparam_lr": cfg.hparam_lr,

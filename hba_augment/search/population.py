@@ -391,6 +391,7 @@ def _provenance(config: PopulationConfig, history: _History, train: Any, val: An
         "wall_seconds": round(history.wall_seconds, 1),
         "device": _runner.describe_device(device),
         "package_version": __version__,
+        "git_commit": _runner.source_commit(),
         "command": command,
         "objective": "population",
         "population": config.population,
