@@ -322,7 +322,8 @@ def source_commit(root: str | os.PathLike[str] | None = None) -> str | None:
 
     try:
         head = git("rev-parse", "--short", "HEAD")
-        if head.returncode != 0:
+        # An installed copy inside some other repository (a virtual environment in a project) is not its source.
+        if head.returncode != 0 or not git("ls-files", "--", ".").stdout.strip():
             return None
         modified = git("diff", "--quiet", "HEAD", "--", ".").returncode != 0
     except (OSError, subprocess.SubprocessError):

@@ -115,9 +115,14 @@ def test_source_commit_names_the_checkout_and_whether_its_files_differ(tmp_path:
 
     git("init", "-q")
     (tmp_path / "code.py").write_text("x = 1\n")
+    assert _runner.source_commit(tmp_path) is None  # no commit yet
     git("add", "code.py")
     git("commit", "-q", "-m", "one")
     head = git("rev-parse", "--short", "HEAD")
     assert _runner.source_commit(tmp_path) == head
     (tmp_path / "code.py").write_text("x = 2\n")
     assert _runner.source_commit(tmp_path) == f"{head}+modified"
+    installed = tmp_path / "venv" / "hba_augment"  # a copy inside another repository, tracked by none
+    installed.mkdir(parents=True)
+    (installed / "code.py").write_text("x = 1\n")
+    assert _runner.source_commit(installed) is None
