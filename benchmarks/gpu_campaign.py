@@ -252,24 +252,25 @@ class Campaign:
             handle.close()
 
     # -- the whole call -----------------------------------------------------------------------------
+    def launch_ready(self, pending: dict[str, list[str]]) -> None:
+        """Start, per split, the ``pending`` policies whose schedules exist, in plan order, in the slots that
+        ``--max-procs`` leaves free, and drop them from ``pending``; a policy waits while no slot is free."""
+        for split, policies in pending.items():
+            ready = [p for p in policies if self.ready(p)]
+            free = self.args.max_procs - self.running()
+            if ready and free > 0 and self.left() > self.args.min_eval_seconds:
+                jobs = min(free, self.runs_left(split, ready))
+                if jobs:  # none left: no process (its table is rebuilt by report() anyway)
+                    self.start_evals(split, ready, jobs)
+                pending[split] = [p for p in policies if p not in ready]
+
     def run(self) -> int:
         self.write_controls()
         searches = self.start_searches()
         pending = {split: list(spec["policies"]) for split, spec in self.plan["evals"].items()}
-
-        def launch_ready() -> None:
-            for split, policies in pending.items():
-                ready = [p for p in policies if self.ready(p)]
-                free = self.args.max_procs - self.running()
-                if ready and free > 0 and self.left() > self.args.min_eval_seconds:
-                    jobs = min(free, self.runs_left(split, ready))
-                    if jobs:  # none left: no process (its table is rebuilt by report() anyway)
-                        self.start_evals(split, ready, jobs)
-                    pending[split] = [p for p in policies if p not in ready]
-
         # A search that finishes starts its evaluations here; the loop ends when nothing runs or time is up.
         while self.left() > 0:
-            launch_ready()
+            self.launch_ready(pending)
             if not self.running():
                 break
             time.sleep(2)
@@ -311,7 +312,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds kept free at the end for the tables and the archive (default: 20)")
     p.add_argument("--min-eval-seconds", type=float, default=240.0,
                    help="start an evaluation only with at least this much budget left (default: 240)")
-    p.add_argument("--max-procs", type=int, default=8, help="processes at a time, searches included, a population search counting one per worker (default: 8)")
+    p.add_argument("--max-procs", type=int, default=8,
+                   help="processes at a time, searches included, a population search counting one per worker "
+                   "(default: 8)")
     p.add_argument("--threads", type=int, default=2, help="torch threads per training (default: 2)")
     p.add_argument("--search", action="append", metavar="NAME",
                    help="start only this search of the plan (repeatable; default: every search without a schedule): "

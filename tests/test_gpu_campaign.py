@@ -145,8 +145,8 @@ def test_prepare_writes_a_population_search_s_null_control(tmp_path: Path):
 
 
 def test_a_population_search_holds_a_slot_per_worker(tmp_path: Path, monkeypatch):
-    """``--max-procs`` counts device processes: a population search's workers hold its slots until it ends,
-    then its own evaluations get them."""
+    """``--max-procs`` counts device processes: a population search holds one slot per worker process (its
+    config's ``procs``), any other search one."""
     plan = {**_TINY, "searches": {"p": "--init trivialaugment --objective population --population 4",
                                   "q": "--init trivialaugment --objective population --population 4 "
                                        "--population-procs 2",
@@ -160,3 +160,31 @@ def test_a_population_search_holds_a_slot_per_worker(tmp_path: Path, monkeypatch
     launched = []
     monkeypatch.setattr(campaign, "launch", lambda label, cmd, log, slots=1: launched.append((label, slots)))
     assert campaign.start_searches() == ["p"] and launched == [("search p", 4)]
+
+
+def test_a_population_search_s_slots_go_to_its_own_runs_when_it_ends(tmp_path: Path, monkeypatch):
+    """While the search's workers fill ``--max-procs``, ready controls wait; when it ends, its slots go to the
+    test split's runs in plan order, the search's own first."""
+    import types
+
+    plan = {**_TINY, "searches": {"p": "--init trivialaugment --objective population --population 4"},
+            "evals": {"test": {"seeds": [0, 1, 2], "policies": ["hba:p", "null:p", "none"]}}}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    args = gpu_campaign.build_parser().parse_args([str(path), "--out", str(tmp_path / "c"), "--max-procs", "4",
+                                                   "--budget", "600"])
+    campaign = gpu_campaign.Campaign(gpu_campaign.load_plan(path), args)
+    campaign.write_controls()
+    search = types.SimpleNamespace(returncode=None)
+    search.poll = lambda: search.returncode
+    campaign.procs.append(("search p", search, None, campaign.search_slots("p", plan["searches"]["p"])))
+    started = []
+    monkeypatch.setattr(campaign, "start_evals", lambda split, policies, jobs: started.append((split, policies, jobs)))
+    pending = {"test": list(plan["evals"]["test"]["policies"])}
+    campaign.launch_ready(pending)
+    assert started == [] and pending["test"] == ["hba:p", "null:p", "none"]  # null:p and none are ready, yet wait
+    search.returncode = 0
+    campaign.search_dir("p").mkdir(parents=True)
+    start_schedule("trivialaugment").save(campaign.search_dir("p") / "schedule.json")
+    campaign.launch_ready(pending)
+    assert started == [("test", ["hba:p", "null:p", "none"], 4)] and pending["test"] == []
