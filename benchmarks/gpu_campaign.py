@@ -5,7 +5,7 @@ options on top of common ones) and evaluations (policies x seeds, per split), al
 invocation runs whatever of it is not done yet, as much as fits in ``--budget`` seconds:
 
 1. every search without a ``schedule.json`` starts at once (``hba-augment search``, each its own process), or
-   only those named by ``--search``;
+   only those named by ``--search``, or none with ``--no-search`` (a short call that should only train);
 2. the evaluations whose schedules exist start beside them, through ``benchmarks/policy_quality.py`` (one
    invocation per split, so its records, reuse and tables are the benchmark's own);
 3. when a search finishes with enough time left (``--min-eval-seconds``), its own evaluations start;
@@ -207,6 +207,8 @@ class Campaign:
 
     def start_searches(self) -> list[str]:
         started = []
+        if self.args.no_search:
+            return started
         for name, options in self.plan["searches"].items():
             if (self.search_dir(name) / "schedule.json").exists() or (self.args.search and name not in self.args.search):
                 continue
@@ -316,9 +318,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="processes at a time, searches included, a population search counting one per worker "
                    "(default: 8)")
     p.add_argument("--threads", type=int, default=2, help="torch threads per training (default: 2)")
-    p.add_argument("--search", action="append", metavar="NAME",
-                   help="start only this search of the plan (repeatable; default: every search without a schedule): "
-                   "a paper-scale population search needs the GPU to itself")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--search", action="append", metavar="NAME",
+                       help="start only this search of the plan (repeatable; default: every search without a "
+                       "schedule): a paper-scale population search needs the GPU to itself")
+    which.add_argument("--no-search", action="store_true",
+                       help="start no search, only the runs of schedules that exist: without it, a call too short "
+                       "for a search still starts every unfinished one and they only burn its budget")
     p.add_argument("--out", help="campaign folder (default: benchmarks/results/<plan name>)")
     p.add_argument("--pack", help="write the campaign's files (no checkpoints) into this .tar.gz")
     p.add_argument("--prepare", action="store_true",

@@ -118,6 +118,21 @@ def test_search_starts_only_the_named_searches(tmp_path: Path, monkeypatch):
         gpu_campaign.main([str(path), "--search", "c"])
 
 
+def test_no_search_starts_none(tmp_path: Path, monkeypatch):
+    """A short call that should only train: unfinished searches stay unstarted (on 2026-11-26 a call without
+    this flag started three 300-second searches with 230 s left)."""
+    plan = {**_TINY, "searches": {"a": "--init paper", "s": "--init uniform:0.3"}}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    args = gpu_campaign.build_parser().parse_args([str(path), "--out", str(tmp_path / "c"), "--no-search"])
+    campaign = gpu_campaign.Campaign(gpu_campaign.load_plan(path), args)
+    launched = []
+    monkeypatch.setattr(campaign, "launch", lambda label, cmd, log, slots=1: launched.append(label))
+    assert campaign.start_searches() == [] and launched == []
+    with pytest.raises(SystemExit):
+        gpu_campaign.build_parser().parse_args([str(path), "--no-search", "--search", "s"])
+
+
 def test_prepare_writes_a_population_search_s_null_control(tmp_path: Path):
     """``null:<search>``: the schedule that search writes with scores of pure noise, at its own settings."""
     import argparse
