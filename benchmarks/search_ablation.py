@@ -42,7 +42,7 @@ DEFAULT_OUT = REPO / "benchmarks" / "results" / "ablations"
 SCHEDULES = "benchmarks/results/reduced_cifar10/schedules"
 PBA = f"{SCHEDULES}/pba.json"
 
-#: The paper search's settings are the paper's (lr 0.05 cosine, wd 0.005, hparam lr 0.03, sigma 1,
+#: The paper search ran the paper's settings (lr 0.05 cosine, wd 0.005, hparam lr 0.03, sigma 1,
 #: T_train 2, T_val 1, first-bn, 200 epochs) and batch norm on the validation batch's statistics in the
 #: hyperparameter steps (the paper does not say; STN uses eval mode); each variant changes one of them.
 VARIANTS: dict[str, list[str]] = {
