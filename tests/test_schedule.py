@@ -606,3 +606,14 @@ def test_float32_range_ends_are_accepted():
     mag[1, 0, 0] = 0.3 + 1e-6
     with pytest.raises(ValueError, match=r"ShearX\) = 0.30000\d+ is outside"):
         Schedule(prob, mag)
+
+
+def test_every_shipped_schedule_names_the_search_that_made_it():
+    """A shipped schedule is the output of a real, full-length search (the contract, section 4): its
+    provenance says which command, code, device and seed made it, and it has one entry per search epoch."""
+    for name in pretrained.available_policies():
+        schedule = pretrained.load_pretrained(name)
+        prov = schedule.provenance
+        assert prov["command"].startswith("hba-augment search "), (name, prov["command"])
+        assert prov["git_commit"] and prov["device"] and float(prov["wall_seconds"]) > 0, name
+        assert int(prov["search_epochs"]) == schedule.epochs and "seed" in prov, name
