@@ -29,7 +29,7 @@ from hba_augment.datasets import balanced_split, load_dataset
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "cifar-10-jpeg.tar.gz"
 SCHEDULES = REPO / "benchmarks" / "results" / "reduced_cifar10" / "schedules"
-POLICIES = ("autoaugment", "randaugment", "trivialaugment", f"paper=hba:{SCHEDULES / 'paper.json'}", f"pba=hba:{SCHEDULES / 'pba.json'}",
+POLICIES = ("autoaugment", "randaugment", "trivialaugment", "hba:cifar10", f"pba=hba:{SCHEDULES / 'pba.json'}",
             f"initial=hba:{SCHEDULES / 'initial.json'}", f"last=hba:{SCHEDULES / 'last.json'}",
             f"shuffled=hba:{SCHEDULES / 'shuffled.json'}")
 

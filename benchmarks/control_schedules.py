@@ -28,9 +28,6 @@ Only the two caps differ from PBA; :func:`pba_schedule` counts how often each ap
 Usage::
 
     python benchmarks/control_schedules.py --learned pretrained_policies/cifar10.json --out DIR
-
-(``benchmarks/results/reduced_cifar10/schedules`` was made with ``--learned`` the paper search's schedule,
-then shipped as ``cifar10`` and now kept there as ``paper.json``.)
 """
 
 from __future__ import annotations

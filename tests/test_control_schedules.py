@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from hba_augment.functional import NUM_OPS, OP_NAMES, OPS
+from hba_augment.pretrained import pretrained_path
 from hba_augment.schedule import Schedule
 from hba_augment.search.hparams import hparams_to_policy, init_hparams
 
@@ -207,7 +208,7 @@ SEARCH_KEYS = ("model", "strategy", "epochs", "train_images", "val_images", "bat
 
 
 def _search_settings(cmd: list[str]) -> dict:
-    """What ``hba-augment search <cmd>`` would search with, in a search schedule's provenance keys."""
+    """What ``hba-augment search <cmd>`` would search with, in the shipped schedule's provenance keys."""
     from hba_augment.search.cli import build_parser, config_from_args
 
     config = config_from_args(build_parser().parse_args(cmd), "cpu")
@@ -215,17 +216,17 @@ def _search_settings(cmd: list[str]) -> dict:
     return {k: values[k] for k in SEARCH_KEYS}
 
 
-def test_every_ablation_changes_exactly_its_setting_of_the_paper_search():
+def test_every_ablation_changes_exactly_its_setting_of_the_shipped_search():
     ablation = _load("search_ablation")
     try:
-        paper = Schedule.load(_BENCH / "results" / "reduced_cifar10" / "schedules" / "paper.json").provenance
+        shipped = Schedule.load(pretrained_path("cifar10")).provenance
         args = ablation.build_parser().parse_args([])
         for variant, extra in ablation.VARIANTS.items():
             cmd = ablation.search_command(variant, args, Path("/tmp/x"))
             settings = _search_settings(cmd[cmd.index("search") + 1:])
-            # The paper search predates val_bn, init and hyper_input: it ran with their defaults.
-            was = {**paper, "epochs": paper["search_epochs"], "val_bn": paper.get("val_bn", "batch"),
-                   "init": paper.get("init", "paper"), "hyper_input": paper.get("hyper_input", "hparams")}
+            # The shipped search predates val_bn, init and hyper_input: it ran with their defaults.
+            was = {**shipped, "epochs": shipped["search_epochs"], "val_bn": shipped.get("val_bn", "batch"),
+                   "init": shipped.get("init", "paper"), "hyper_input": shipped.get("hyper_input", "hparams")}
             changed = {k for k in SEARCH_KEYS if settings[k] != was[k]}
             flag = extra[0].removeprefix("--").replace("-", "_")
             assert changed == {flag}, (variant, changed)
