@@ -282,6 +282,47 @@ def test_resume_continues_bit_for_bit(fake_data, tmp_path: Path):
                               log=lambda m: None)
 
 
+def test_a_checkpoint_written_before_member_start_existed_resumes(fake_data, tmp_path: Path):
+    """Checkpoints of the searches run before ``member_start`` existed hold no such field; they ran with
+    ``"explored"`` and resume as such, and only as such."""
+    def stop_after_round_1(message: str) -> None:
+        if message.startswith("round 1/"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_population_search(_config(), tmp_path / "cut", data=fake_data, plot=False, log=stop_after_round_1)
+    path = tmp_path / "cut" / "checkpoint.pt"
+    state = torch.load(path, weights_only=True)
+    del state["config"]["member_start"]
+    torch.save(state, path)
+    with pytest.raises(ValueError, match="member_start: checkpoint 'explored' vs now 'same'"):
+        run_population_search(_config(member_start="same"), tmp_path / "cut", resume=True, data=fake_data,
+                              plot=False, log=lambda m: None)
+    resumed = run_population_search(_config(), tmp_path / "cut", resume=True, data=fake_data, plot=False,
+                                    log=lambda m: None)
+    assert resumed.schedule.provenance["member_start"] == "explored"
+
+
+def test_members_that_start_the_same_keep_the_start_in_the_schedule_until_a_copy(fake_data, tmp_path: Path):
+    """``member_start="same"`` (PBA's): every member trains round 0 with the start policy itself, so the
+    schedule's first round is the start, and a policy other than the start enters the schedule only through
+    a copy (an explored policy), never before round 1."""
+    result = run_population_search(_config(member_start="same"), tmp_path / "same", data=fake_data, plot=False,
+                                   log=lambda m: None)
+    start = prior_policy("trivialaugment")
+    assert result.metrics[0]["mean_prob"] == pytest.approx([start.prob.mean()] * 4)
+    schedule = result.schedule
+    np.testing.assert_array_equal(schedule.prob[0], start.prob)
+    np.testing.assert_array_equal(schedule.mag[0], start.mag)
+    # The members still differ in their networks' seeds, so their accuracies are scored, not tied by construction.
+    assert len(set(result.metrics[0]["train_loss"])) == 4
+    assert schedule.provenance["member_start"] == "same"
+    explored = run_population_search(_config(), tmp_path / "explored", data=fake_data, plot=False,
+                                     log=lambda m: None)
+    assert explored.schedule.provenance["member_start"] == "explored"
+    assert explored.metrics[0]["mean_prob"][1:] != pytest.approx([start.prob.mean()] * 3)
+
+
 def test_members_replaying_captured_steps_search_as_eager_ones(fake_data, tmp_path: Path):
     """--cuda-graphs: on the CPU the members run the same static-buffer steps uncaptured (batches of 16: two
     full ones and a short one of 8 per epoch); the search is the eager one but for the fused SGD's rounding."""
@@ -317,6 +358,7 @@ def test_another_seed_gives_another_search(fake_data, tmp_path: Path):
     ({"exploit_every": 0}, "exploit"),
     ({"quantile": 0.7}, "quantile"),
     ({"resample_prob": -0.1}, "resample_prob"),
+    ({"member_start": "spread"}, "member_start must be one of"),
 ])
 def test_bad_population_settings(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -341,6 +383,7 @@ def test_compile_and_other_objectives_are_refused():
     (["--objective", "teacher", "--exploit-every", "2"], "--exploit-every"),
     (["--objective", "population", "--population", "2", "--population-procs", "3"], "population-procs"),
     (["--cuda-graphs"], "--cuda-graphs True applies to --objective population only"),
+    (["--member-start", "same"], "--member-start same applies to --objective population only"),
 ])
 def test_command_line_refuses_options_of_the_other_objectives(tmp_path: Path, capsys, extra, said):
     args = ["search", "--data-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o"), "--device", "cpu", *extra]

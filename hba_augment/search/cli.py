@@ -81,7 +81,7 @@ def _count_probs(text: str) -> tuple[float, ...]:
 _LAMBDA_OPTIONS = ("strategy", "hparam_lr", "sigma", "t_train", "t_val", "prior_decay", "hparam_accumulate",
                    "teacher_estimator", "teacher_weight", "teacher_decay", "val_bn", "hyper_input")
 # Options of the population search (default None: "not given"), which the other objectives refuse.
-_POPULATION_OPTIONS = ("population", "exploit_every", "population_procs", "cuda_graphs")
+_POPULATION_OPTIONS = ("population", "exploit_every", "member_start", "population_procs", "cuda_graphs")
 
 
 def _flag(attr: str) -> str:
@@ -122,7 +122,8 @@ def population_config_from_args(args: argparse.Namespace, device: str,
     arguments: the search's settings (``search``, default :func:`config_from_args`) and the population's."""
     from hba_augment.search.population import PopulationConfig
 
-    given = {"population": args.population} if args.population is not None else {}  # else the config's default
+    # Options not given keep the config's defaults (one home for each).
+    given = {k: getattr(args, k) for k in ("population", "member_start") if getattr(args, k) is not None}
     return PopulationConfig(search=config_from_args(args, device) if search is None else search, **given,
                             exploit_every=args.exploit_every, population_procs=args.population_procs,
                             cuda_graphs=bool(args.cuda_graphs))
@@ -145,7 +146,11 @@ def _preset_table() -> str:
 
 def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     """The argument parser of ``hba-augment search``."""
-    from hba_augment.search.pbt import DEFAULT_POPULATION  # numpy only: --help stays free of torch
+    from hba_augment.search.pbt import (  # numpy only: --help stays free of torch
+        DEFAULT_MEMBER_START,
+        DEFAULT_POPULATION,
+        MEMBER_STARTS,
+    )
 
     datasets = ("cifar10", "cifar100", "svhn", "imagefolder")
     strategies = ("first-bn", "first-conv", "bn", "conv", "conv+bn", "all")
@@ -250,6 +255,10 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     g.add_argument("--exploit-every", type=positive_int, metavar="E",
                    help="epochs per round of selection (default: PBA's 3 per 200 epochs, scaled to --epochs and "
                    "rounded, at least 1)")
+    g.add_argument("--member-start", choices=MEMBER_STARTS,
+                   help="how the members start: 'explored' = member 0 at the --init policy, the others at "
+                   "explored copies of it; 'same' = every member at the --init policy, as PBA's search (the "
+                   f"schedule keeps the start until a member that copied wins) (default: {DEFAULT_MEMBER_START})")
     g.add_argument("--population-procs", type=nonneg_int, metavar="P",
                    help="worker processes on the device, the members spread over them (default: one per member; "
                    "0: every member in this process, one after another)")

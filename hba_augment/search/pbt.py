@@ -26,10 +26,12 @@ import numpy as np
 from hba_augment._space import MAGNITUDE_OPS, NUM_COPIES, NUM_OPS, OP_RANGES
 
 __all__ = [
+    "DEFAULT_MEMBER_START",
     "DEFAULT_POPULATION",
     "EXPLORE_LEVELS",
     "EXPLORE_MAX_SHIFT",
     "EXPLORE_RESAMPLE_PROB",
+    "MEMBER_STARTS",
     "TRUNCATION_QUANTILE",
     "check_settings",
     "default_exploit_every",
@@ -49,6 +51,14 @@ EXPLORE_MAX_SHIFT = 3
 EXPLORE_LEVELS = 10
 #: Members of a population search when none is given: what one H100 trains side by side in a call.
 DEFAULT_POPULATION = 8
+#: How the members of round 0 start. ``"explored"``: member 0 at the start policy, every other member at an
+#: explored copy of it, so that the first round already compares policies. ``"same"``: every member at the
+#: start policy, as PBA's search does (``pba/setup.py`` gives every trial the all-zero policy; policies
+#: change only when a member copies another), so that the lineage keeps the start until a member that
+#: copied wins; from a weak start that is PBA's slow first epochs.
+MEMBER_STARTS = ("explored", "same")
+#: The members' start when none is given: the one the measured searches ran with.
+DEFAULT_MEMBER_START = "explored"
 #: PBT's truncation selection: the bottom quarter copies the top quarter.
 TRUNCATION_QUANTILE = 0.25
 # PBA perturbs every 3 epochs of a 200-epoch search.

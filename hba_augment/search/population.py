@@ -10,9 +10,10 @@ The algorithm:
 
 1. ``population`` members, each a plain network of the search's model, trained with the search's
    optimiser, learning-rate schedule, batch size and baseline augmentation for the search's epochs, each
-   with its own constant policy ``(prob, mag)`` between rounds. Member 0 starts at the ``init`` policy
-   itself, every other member at an explored copy of it (:func:`~hba_augment.search.pbt.explore`), so
-   that they differ and the start stays in the race.
+   with its own constant policy ``(prob, mag)`` between rounds. With ``member_start="explored"`` member 0
+   starts at the ``init`` policy itself and every other member at an explored copy of it
+   (:func:`~hba_augment.search.pbt.explore`), so that they differ and the start stays in the race; with
+   ``"same"`` every member starts at the ``init`` policy, as PBA's members do.
 2. A *round* is ``exploit_every`` epochs. After each, every member is tested on the search's validation
    images (clean, eval mode); then truncation selection
    (:func:`~hba_augment.search.pbt.truncation_selection`): each member of the bottom 25% copies the weights
@@ -77,6 +78,8 @@ _CHECKPOINT_FORMAT = "hba-population-checkpoint"
 _CHECKPOINT_VERSION = 1
 # May differ between the session that wrote a checkpoint and the one that resumes it.
 _RESUME_FREE = frozenset({"data_dir", "name", "device", "compile", "population_procs", "cuda_graphs"})
+# Fields added after checkpoints were first written, with the value such a checkpoint ran with.
+_ADDED_FIELDS = {"member_start": "explored"}
 # Streams of the driver's draws (the members' use member_seed(seed, member, 0..2)).
 _INIT_STREAM, _SELECT_STREAM = 1, 2
 
@@ -96,6 +99,9 @@ class PopulationConfig:
         population_procs: worker processes (``None``: one per member; ``0``: every member in the calling
             process, one after another). At most ``population``.
         resample_prob, max_shift, quantile: PBA's explore and exploit settings (:mod:`~hba_augment.search.pbt`).
+        member_start: how round 0's members start, one of :data:`~hba_augment.search.pbt.MEMBER_STARTS`
+            (``"explored"``: member 0 at ``init``, the others at explored copies; ``"same"``: all at ``init``,
+            as PBA's search).
         cuda_graphs: replay each member's full training batches from a captured CUDA graph
             (:mod:`~hba_augment.search._member`); elsewhere the same steps run eagerly. Changes speed and
             rounding, not the search.
@@ -108,6 +114,7 @@ class PopulationConfig:
     resample_prob: float = pbt.EXPLORE_RESAMPLE_PROB
     max_shift: int = pbt.EXPLORE_MAX_SHIFT
     quantile: float = pbt.TRUNCATION_QUANTILE
+    member_start: str = pbt.DEFAULT_MEMBER_START
     cuda_graphs: bool = False
 
     @property
@@ -140,6 +147,8 @@ class PopulationConfig:
             raise ValueError(f"the population search has no objective of its own to combine with, got objective "
                              f"{self.search.objective!r} in its SearchConfig (leave it at 'hypernetwork')")
         pbt.check_settings(resample_prob=self.resample_prob, max_shift=self.max_shift, quantile=self.quantile)
+        if self.member_start not in pbt.MEMBER_STARTS:
+            raise ValueError(f"member_start must be one of {pbt.MEMBER_STARTS}, got {self.member_start!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-compatible values, the search's fields first (one flat record)."""
@@ -281,11 +290,14 @@ class _Pool:
 
 
 def _start(config: PopulationConfig) -> _History:
-    """Round 0's plan: member 0 at the start policy, the others at explored copies of it."""
+    """Round 0's plan: member 0 at the start policy, the others at explored copies of it or at the start
+    itself (``config.member_start``)."""
     n, seed = config.population, config.search.seed
     prior = prior_policy(config.search.init)
     prob, mag = np.empty((n, 2, 15)), np.empty((n, 2, 15))
-    prob[0], mag[0] = prior.prob, prior.mag
+    prob[:], mag[:] = prior.prob, prior.mag
+    if config.member_start == "same":
+        return _History(plan_parents=list(range(n)), plan_prob=prob, plan_mag=mag)
     for m in range(1, n):
         rng = np.random.default_rng([seed, _INIT_STREAM, m])
         prob[m], mag[m] = pbt.explore(prior.prob, prior.mag, rng, resample_prob=config.resample_prob,
@@ -404,6 +416,7 @@ def _provenance(config: PopulationConfig, history: _History, train: Any, val: An
         "truncation_quantile": config.quantile,
         **training_provenance(cfg),
         "init": cfg.init,
+        "member_start": config.member_start,
         "amp": cfg.amp,
         "channels_last": cfg.channels_last,
         "baseline": {"flip": cfg.flip, "crop_padding": cfg.crop_padding, "cutout": cfg.cutout},
@@ -471,6 +484,7 @@ def run_population_search(
         state = torch.load(files["checkpoint"], map_location="cpu", weights_only=True)
         _runner.check_checkpoint(state, files["checkpoint"], format=_CHECKPOINT_FORMAT, version=_CHECKPOINT_VERSION,
                                  kind="population search", config=config.to_dict(), resume_free=_RESUME_FREE,
+                                 added_fields=_ADDED_FIELDS,
                                  data_fingerprint=fingerprint, settings="the search settings", device=device,
                                  data_mismatch="the training/validation images differ from the checkpoint's")
         history = _History.from_state(state)
