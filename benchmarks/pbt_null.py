@@ -170,10 +170,12 @@ def null_lineage(start: Policy, explore: Explore, fractions: Callable[[np.ndarra
 
 def null_schedule(init: str, seed: int, *, population: int, epochs: int, every: int,
                   resample_prob: float = pbt.EXPLORE_RESAMPLE_PROB, max_shift: int = pbt.EXPLORE_MAX_SHIFT,
-                  count_probs: tuple[float, ...] | None = None) -> Schedule:
+                  count_probs: tuple[float, ...] | None = None,
+                  member_start: str = pbt.DEFAULT_MEMBER_START) -> Schedule:
     """The schedule a population search of this package writes when its scores carry no signal.
 
-    The same start (``init``, members 1.. at explored copies), explore (:func:`hba_augment.search.pbt.explore`),
+    The same start (``init``; members 1.. at explored copies of it, or at it, as ``member_start`` says),
+    explore (:func:`hba_augment.search.pbt.explore`),
     truncation selection and lineage as ``hba-augment search --objective population``, with noise for scores. Trained like a searched schedule, it is the control that says whether a search's
     gain came from its selection or from the variation its explore step alone puts into a schedule.
 
@@ -183,18 +185,21 @@ def null_schedule(init: str, seed: int, *, population: int, epochs: int, every: 
         population, epochs, every: the search's ``--population``, ``--epochs`` and epochs per round.
         resample_prob, max_shift: its explore step's settings.
         count_probs: its ``count_probs`` if it overrode the prior's (``None``: the prior's).
+        member_start: its ``--member-start``, one of :data:`~hba_augment.search.pbt.MEMBER_STARTS`.
     """
+    if member_start not in pbt.MEMBER_STARTS:
+        raise ValueError(f"member_start must be one of {pbt.MEMBER_STARTS}, got {member_start!r}")
     prior = prior_policy(init)
     rng = np.random.default_rng(seed)
     explore = _hba_explore(resample_prob, max_shift)
     prob, mag = null_lineage((prior.prob, prior.mag), explore, _hba_fractions, rng, population=population,
-                             epochs=epochs, every=every, explore_start=True, raw=True)
+                             epochs=epochs, every=every, explore_start=member_start == "explored", raw=True)
     counts = prior.count_probs if count_probs is None else tuple(count_probs)
     return Schedule(prob, mag, name=f"null-{init.replace(':', '-')}-{seed}", count_probs=counts,
                     provenance={"control": "a population search whose scores are noise (benchmarks/pbt_null.py)",
                                 "init": init, "seed": seed, "population": population, "search_epochs": epochs,
-                                "exploit_every": every, "explore": {"resample_prob": resample_prob,
-                                                                    "max_shift": max_shift},
+                                "exploit_every": every, "member_start": member_start,
+                                "explore": {"resample_prob": resample_prob, "max_shift": max_shift},
                                 "note": "a comparison control for benchmarks; never shipped"})
 
 
@@ -257,6 +262,10 @@ def report(replicates: int, seed: int) -> str:
                                                                         explore_start=False),
         "TrivialAugment-like start, 8 members (the queued population-ta)": simulate(
             "trivialaugment", replicates, seed + 1, population=8, explore_start=True),
+        "paper's start, 4 members, --member-start explored (population-paper4)": simulate(
+            "paper", replicates, seed + 4, population=4, explore_start=True),
+        "paper's start, 4 members, --member-start same": simulate(
+            "paper", replicates, seed + 5, population=4, explore_start=False),
     }
     commit = _commit()
     lines = [
@@ -283,6 +292,9 @@ def report(replicates: int, seed: int) -> str:
               "|---|---|" + "---|" * len(nulls)]
     for e in REPORT_EPOCHS:
         lines.append(f"| {e} | {pba['mag'][e]:.3f} | " + " | ".join(_band(n["mag"][:, e]) for n in nulls.values()) + " |")
+    lines += ["", f"First epoch with mean probability >= {RAMP_LEVEL} (PBA's schedule: "
+              f"{int(ramp_epoch(pba['prob']))}):", "", "| null | mean [5%, 95%] |", "|---|---|"]
+    lines += [f"| {name} | {_band(ramp_epoch(n['prob']).astype(float))} |" for name, n in nulls.items()]
     zero = nulls["PBA's search (zero start, its explore), 16 members"]
     lines += ["", "PBA's schedule against the null of PBA's search (fraction of null replicates at "
               "least as extreme, one-sided):", "",
@@ -365,15 +377,19 @@ def searched_report(folder: Path, replicates: int, seed: int) -> str:
     resample_prob = explore_cfg.get("resample_prob", pbt.EXPLORE_RESAMPLE_PROB)
     max_shift = explore_cfg.get("max_shift", pbt.EXPLORE_MAX_SHIFT)
     explore = _hba_explore(resample_prob, max_shift)
+    # Searches from before --member-start existed ran with "explored" and do not record it.
+    member_start = prov.get("member_start", "explored")
     observed = op_mix(schedule.prob, schedule.mag, start)
     rng = np.random.default_rng(seed)
     nulls = [op_mix(*null_lineage(start, explore, _hba_fractions, rng, population=prov["population"],
-                                  epochs=prov["search_epochs"], every=prov["exploit_every"], explore_start=True,
+                                  epochs=prov["search_epochs"], every=prov["exploit_every"],
+                                  explore_start=member_start == "explored",
                                   raw=True), start) for _ in range(replicates)]
     lines = [f"# `{prov.get('command', folder)}` against a search with no signal (`benchmarks/pbt_null.py --searched`)",
              "",
              f"- Null: {replicates} searches of its settings ({prov['population']} members, {prov['search_epochs']} "
-             f"epochs, a round every {prov['exploit_every']}, start `{prov['init']}`, explore resample "
+             f"epochs, a round every {prov['exploit_every']}, start `{prov['init']}`, members' start "
+             f"`{member_start}`, explore resample "
              f"{resample_prob}, max shift {max_shift}) whose scores are noise; seed {seed}.",
              f"- Command: `python benchmarks/pbt_null.py --searched {folder} --replicates {replicates} --seed {seed}`",
              f"- Commit: {_commit() or 'unknown'}; numpy only (no training); "
@@ -408,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--population", type=int, default=4, help="the search's --population (default: 4)")
     p.add_argument("--epochs", type=int, default=100, help="the search's --epochs (default: 100)")
     p.add_argument("--every", type=int, default=2, help="epochs per round (default: 2, the 100-epoch search's)")
+    p.add_argument("--member-start", choices=pbt.MEMBER_STARTS, default=pbt.DEFAULT_MEMBER_START,
+                   help=f"the search's --member-start (default: {pbt.DEFAULT_MEMBER_START})")
     mode.add_argument("--searched", metavar="DIR",
                    help="instead of the report, test the population search in DIR (its schedule.json and "
                         "metrics.jsonl) against --replicates null searches of its own settings")
@@ -421,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         for seed in range(args.seed, args.seed + args.count):
             schedule = null_schedule(args.init, seed, population=args.population, epochs=args.epochs,
-                                     every=args.every)
+                                     every=args.every, member_start=args.member_start)
             path = out / f"{schedule.name}.json"
             schedule.save(path)
             print(f"{path}: mean p {schedule.prob.mean():.3f}, "

@@ -98,6 +98,19 @@ def test_a_null_schedule_is_the_lineage_of_the_search_s_own_explore():
     assert np.array_equal(frozen.prob, np.broadcast_to(start.prob, frozen.prob.shape))
 
 
+def test_a_null_of_members_that_start_the_same_keeps_the_start_for_its_first_round():
+    """``member_start="same"`` (PBA's): the null's first round is the start itself, as the search's is."""
+    start = prior_policy("paper")
+    for seed in range(5):
+        schedule = pbt_null.null_schedule("paper", seed, population=4, epochs=20, every=2, member_start="same")
+        assert np.array_equal(schedule.prob[:2], np.broadcast_to(start.prob, (2, 2, 15)))
+        assert schedule.provenance["member_start"] == "same"
+    explored = [pbt_null.null_schedule("paper", seed, population=4, epochs=20, every=2) for seed in range(5)]
+    assert any(not np.array_equal(s.prob[0], start.prob) for s in explored)
+    with pytest.raises(ValueError, match="member_start"):
+        pbt_null.null_schedule("paper", 0, population=4, epochs=20, every=2, member_start="spread")
+
+
 def test_op_mix_measures_the_move_from_the_start():
     start = prior_policy("trivialaugment")
     held = np.broadcast_to(start.prob, (5, 2, 15)), np.broadcast_to(start.mag, (5, 2, 15))
