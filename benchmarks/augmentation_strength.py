@@ -16,7 +16,6 @@ import argparse
 import datetime
 import platform
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import torch
 from torchvision.transforms import v2
 
 from hba_augment import HBAPolicy
+from hba_augment._runner import source_commit
 from hba_augment.datasets import balanced_split, load_dataset
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,9 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     data = load_dataset("imagefolder", args.data_dir, split="train")
     images = data.images[balanced_split(data.labels, [args.images], seed=0)[0]]
     header = "| policy | " + " | ".join(f"epoch {e}" for e in at) + " |"
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout
+    commit = source_commit() or "unknown"
     lines = [f"`{shlex.join(['python', 'benchmarks/augmentation_strength.py', *(sys.argv[1:] if argv is None else argv)])}`"
-             f", commit {commit.strip()}, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
+             f", commit {commit}, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
              f"{platform.processor() or platform.machine()}, torch {torch.__version__}.", "",
              f"Mean absolute pixel change (levels of 255) / fraction of images unchanged, {args.images} "
              f"CIFAR-10 (JPEG copy) training images, the policy alone, schedules scaled to {args.epochs} epochs.",

@@ -25,7 +25,6 @@ import datetime
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 import warnings
@@ -38,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from throughput import benchmark_schedule, default_data_dir, load_images  # shared data and schedule
 
 import hba_augment.functional._augment as augment_module
+from hba_augment._runner import source_commit
 from hba_augment.functional import augment
 
 
@@ -95,11 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             times[name].append(candidates[name]())
     augment_module._FORCE_SYNC_FREE = None
 
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
+    commit = source_commit() or "unknown"
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{platform.processor() or 'CPU'}, 1 thread"
     print(f"- date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}")
     print(f"- command: `python benchmarks/compile_augment.py {' '.join(sys.argv[1:] if argv is None else argv)}`")

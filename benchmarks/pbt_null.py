@@ -44,7 +44,6 @@ import argparse
 import functools
 import json
 import platform
-import subprocess
 import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -52,6 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hba_augment._runner import source_commit
 from hba_augment._space import MAGNITUDE_OPS, NUM_COPIES, NUM_OPS
 from hba_augment.functional import OP_NAMES
 from hba_augment.schedule import Schedule
@@ -61,7 +61,6 @@ from hba_augment.search.priors import prior_policy
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from control_schedules import PBA_DIR, PBA_OPS, parse_pba_log
 
-REPO = Path(__file__).resolve().parents[1]
 #: PBA's Reduced CIFAR-10 search: 16 trials, 200 epochs, an exploit every 3 epochs.
 PBA_POPULATION, PBA_EPOCHS, PBA_EVERY = 16, 200, 3
 REPORT_EPOCHS = (0, 10, 25, 50, 100, 150, 199)
@@ -249,10 +248,6 @@ def _band(values: np.ndarray) -> str:
     return f"{values.mean():.3f} [{lo:.3f}, {hi:.3f}]"
 
 
-def _commit() -> str:
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
-
-
 def report(replicates: int, seed: int) -> str:
     pba_prob, pba_mag = pba_fractions()
     pba = {"prob": pba_prob.mean(axis=(1, 2)), "mag": np.nanmean(pba_mag, axis=(1, 2))}
@@ -267,7 +262,7 @@ def report(replicates: int, seed: int) -> str:
         "paper's start, 4 members, --member-start same": simulate(
             "paper", replicates, seed + 5, population=4, explore_start=False),
     }
-    commit = _commit()
+    commit = source_commit()
     lines = [
         "# A population search with no signal, beside PBA's published schedule (`benchmarks/pbt_null.py`)",
         "",
@@ -392,7 +387,7 @@ def searched_report(folder: Path, replicates: int, seed: int) -> str:
              f"`{member_start}`, explore resample "
              f"{resample_prob}, max shift {max_shift}) whose scores are noise; seed {seed}.",
              f"- Command: `python benchmarks/pbt_null.py --searched {folder} --replicates {replicates} --seed {seed}`",
-             f"- Commit: {_commit() or 'unknown'}; numpy only (no training); "
+             f"- Commit: {source_commit() or 'unknown'}; numpy only (no training); "
              f"date: {datetime.now(timezone.utc).isoformat(timespec='seconds')}", "",
              "What the schedule changed, averaged over its epochs, against the null (mean [5%, 95%]; the fraction "
              "of null searches that changed at least as much):", "",

@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import statistics
-import subprocess
 import time
 
 import torch
 import torch.nn.functional as F
 from kornia.geometry.transform import warp_affine
+
+from hba_augment._runner import source_commit
 
 
 def _grid_sample(images: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
@@ -41,7 +42,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="1,64,256", help="batch sizes, comma-separated (32x32 RGB)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = source_commit() or "unknown"
     print(f"- {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, commit {commit}, torch {torch.__version__}, "
           f"{args.threads} thread(s)\n")
     print("| batch | kornia warp_affine (us/call) | affine_grid + grid_sample (us/call) | ratio |")
