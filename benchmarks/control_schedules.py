@@ -7,6 +7,9 @@
 - ``last``: the learned schedule's last entry held for every epoch: is the curriculum worth anything?
 - ``mean``: the learned schedule's average over its entries held for every epoch: the same question for a
   schedule that wanders rather than ramps.
+- ``delayed``: the learned schedule started ``--delay`` entries late, its search's start policy filling the
+  first entries (its last ``--delay`` entries dropped): the same walk ramped later. Is it the ramp's timing
+  that helps, rather than what the ramp reaches?
 - ``shuffled``: the learned schedule with its op identities permuted (same probabilities and relative
   magnitudes, wrong ops): is it the choice of ops that helps, or just the amount of augmentation?
 
@@ -152,6 +155,31 @@ def mean_schedule(learned: Schedule) -> Schedule:
                     provenance={"control": f"the mean over the {learned.epochs} entries of {learned.name} held constant"})
 
 
+def delayed_schedule(learned: Schedule, delay: int) -> Schedule:
+    """``learned`` moved ``delay`` entries later: its search's start policy (``provenance["init"]``, a
+    :func:`~hba_augment.search.priors.prior_policy` name) for the first ``delay`` entries, then ``learned``'s
+    first ``epochs - delay`` entries; the same length, so the same epochs.
+
+    Raises:
+        ValueError: ``delay`` outside ``[1, epochs - 1]``, or ``learned`` names no start.
+    """
+    from hba_augment.search.priors import prior_policy
+
+    if isinstance(delay, bool) or not isinstance(delay, int) or not 1 <= delay < learned.epochs:
+        raise ValueError(f"delay must be an int in [1, {learned.epochs - 1}], got {delay!r}")
+    init = learned.provenance.get("init")
+    if init is None:
+        raise ValueError(f"{learned.name} names no start policy (provenance 'init'); a delayed schedule fills "
+                         "its first entries with it")
+    start = prior_policy(init)
+    head = np.broadcast_to(start.prob, (delay, 2, NUM_OPS)), np.broadcast_to(start.mag, (delay, 2, NUM_OPS))
+    prob = np.concatenate([head[0], learned.prob[:-delay]])
+    mag = np.concatenate([head[1], learned.mag[:-delay]])
+    return Schedule(prob, mag, name=f"{learned.name}-delayed{delay}", count_probs=learned.count_probs, provenance={
+        "control": f"{learned.name} {delay} of {learned.epochs} entries late, its start {init!r} before it",
+        "note": "a comparison control for benchmarks; never shipped"})
+
+
 def shuffled_schedule(learned: Schedule, seed: int = 0) -> tuple[Schedule, list[str]]:
     """``learned`` with op identities permuted: op ``k``'s probabilities and relative magnitudes go to op
     ``perm[k]``, at every entry and in both copies (a derangement: every op moves).
@@ -188,7 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pba-log", default=str(PBA_DIR / "rcifar10_16_wrn.txt"), help="PBA schedule log")
     p.add_argument("--pba-epochs", type=int, default=200, help="epochs of PBA's search (its log's length)")
     p.add_argument("--seed", type=int, default=0, help="seed of the shuffled control's permutation")
-    p.add_argument("--out", required=True, help="folder for pba.json, initial.json, last.json, mean.json, shuffled.json")
+    p.add_argument("--delay", type=int, help="also write delayed.json: the learned schedule this many entries late")
+    p.add_argument("--out", required=True, help="folder for pba.json, initial.json, last.json, mean.json, shuffled.json "
+                   "(and delayed.json)")
     args = p.parse_args(argv)
     from hba_augment import pretrained
 
@@ -199,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     shuffled, perm = shuffled_schedule(learned, args.seed)
     for name, schedule in (("pba", pba_schedule(Path(args.pba_log), args.pba_epochs)), ("initial", initial_schedule()),
                            ("last", last_entry_schedule(learned)), ("mean", mean_schedule(learned)),
-                           ("shuffled", shuffled)):
+                           ("shuffled", shuffled),
+                           *((("delayed", delayed_schedule(learned, args.delay)),) if args.delay else ())):
         schedule.save(out / f"{name}.json")
         ops = schedule.prob.sum(axis=(1, 2))
         print(f"{name}: {schedule.epochs} entries, expected fired slots per entry (sum of p) "

@@ -121,6 +121,26 @@ def test_last_and_shuffled_controls(cs):
             np.testing.assert_allclose(frac_out, frac_in, atol=1e-12)
 
 
+def test_delayed_control_is_the_same_walk_later_after_its_start(cs):
+    from hba_augment.search.priors import prior_policy
+
+    rng = np.random.default_rng(1)
+    prob = rng.uniform(0, 0.3, (6, 2, NUM_OPS))
+    mag = np.array([[[rng.uniform(o.low, o.high) if o.has_magnitude else np.nan for o in OPS]] * 2] * 6)
+    learned = Schedule(prob, mag, name="learned", provenance={"init": "paper"})
+    delayed = cs.delayed_schedule(learned, 2)
+    start = prior_policy("paper")
+    assert delayed.epochs == 6 and delayed.name == "learned-delayed2"
+    np.testing.assert_array_equal(delayed.prob[:2], np.broadcast_to(start.prob, (2, 2, NUM_OPS)))
+    np.testing.assert_array_equal(delayed.prob[2:], prob[:4])
+    np.testing.assert_array_equal(delayed.mag[2:], mag[:4])
+    for bad in (0, 6, True):
+        with pytest.raises(ValueError, match="delay must be"):
+            cs.delayed_schedule(learned, bad)
+    with pytest.raises(ValueError, match="names no start"):
+        cs.delayed_schedule(Schedule(prob, mag, name="bare"), 2)
+
+
 def test_policy_items_and_labels(pq):
     assert pq._policy_arg("hba", "cifar10") == "hba:cifar10"
     assert pq._policy_arg("pba=hba:x/pba.json", "cifar10") == "hba:x/pba.json"
