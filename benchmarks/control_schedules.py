@@ -10,9 +10,6 @@
 - ``delayed``: the learned schedule started ``--delay`` entries late, its search's start policy filling the
   first entries (its last ``--delay`` entries dropped): the same walk ramped later. Is it the ramp's timing
   that helps, rather than what the ramp reaches?
-- ``scaled``: the learned schedule with every probability multiplied by one factor, so that its mean
-  probability over the run is ``--scale-to``'s (e.g. the delayed control's): the same shape with less
-  augmentation. Beside ``delayed``, it tells the ramp's timing from the amount of augmentation.
 - ``shuffled``: the learned schedule with its op identities permuted (same probabilities and relative
   magnitudes, wrong ops): is it the choice of ops that helps, or just the amount of augmentation?
 
@@ -183,24 +180,6 @@ def delayed_schedule(learned: Schedule, delay: int) -> Schedule:
         "note": "a comparison control for benchmarks; never shipped"})
 
 
-def scaled_schedule(learned: Schedule, mean_prob: float) -> Schedule:
-    """``learned`` with every probability multiplied by ``mean_prob / learned.prob.mean()`` (magnitudes
-    unchanged), so that its mean probability over all entries and slots is ``mean_prob``.
-
-    Raises:
-        ValueError: a factor above 1 would push a probability past 1, or ``mean_prob`` outside (0, 1].
-    """
-    if not 0.0 < mean_prob <= 1.0:
-        raise ValueError(f"mean_prob must be in (0, 1], got {mean_prob!r}")
-    factor = mean_prob / float(learned.prob.mean())
-    if factor * learned.prob.max() > 1.0:
-        raise ValueError(f"scaling {learned.name} by {factor:.3f} would push a probability past 1")
-    return Schedule(learned.prob * factor, learned.mag, name=f"{learned.name}-scaled", count_probs=learned.count_probs,
-                    provenance={"control": f"{learned.name} with every probability scaled by {factor:.4f} (mean "
-                                           f"probability {mean_prob:.4f})",
-                                "note": "a comparison control for benchmarks; never shipped"})
-
-
 def shuffled_schedule(learned: Schedule, seed: int = 0) -> tuple[Schedule, list[str]]:
     """``learned`` with op identities permuted: op ``k``'s probabilities and relative magnitudes go to op
     ``perm[k]``, at every entry and in both copies (a derangement: every op moves).
@@ -238,8 +217,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pba-epochs", type=int, default=200, help="epochs of PBA's search (its log's length)")
     p.add_argument("--seed", type=int, default=0, help="seed of the shuffled control's permutation")
     p.add_argument("--delay", type=int, help="also write delayed.json: the learned schedule this many entries late")
-    p.add_argument("--scale-to", metavar="SCHEDULE", help="also write scaled.json: the learned schedule's "
-                   "probabilities scaled to this schedule's mean probability (a JSON path, e.g. a delayed.json)")
     p.add_argument("--out", required=True, help="folder for pba.json, initial.json, last.json, mean.json, shuffled.json "
                    "(and delayed.json)")
     args = p.parse_args(argv)
@@ -253,9 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, schedule in (("pba", pba_schedule(Path(args.pba_log), args.pba_epochs)), ("initial", initial_schedule()),
                            ("last", last_entry_schedule(learned)), ("mean", mean_schedule(learned)),
                            ("shuffled", shuffled),
-                           *((("delayed", delayed_schedule(learned, args.delay)),) if args.delay else ()),
-                           *((("scaled", scaled_schedule(learned, float(Schedule.load(args.scale_to).prob.mean()))),)
-                             if args.scale_to else ())):
+                           *((("delayed", delayed_schedule(learned, args.delay)),) if args.delay else ())):
         schedule.save(out / f"{name}.json")
         ops = schedule.prob.sum(axis=(1, 2))
         print(f"{name}: {schedule.epochs} entries, expected fired slots per entry (sum of p) "

@@ -141,21 +141,6 @@ def test_delayed_control_is_the_same_walk_later_after_its_start(cs):
         cs.delayed_schedule(Schedule(prob, mag, name="bare"), 2)
 
 
-def test_scaled_control_keeps_the_shape_at_another_mean_probability(cs):
-    rng = np.random.default_rng(2)
-    prob = rng.uniform(0, 0.6, (4, 2, NUM_OPS))
-    mag = np.array([[[rng.uniform(o.low, o.high) if o.has_magnitude else np.nan for o in OPS]] * 2] * 4)
-    learned = Schedule(prob, mag, name="learned")
-    scaled = cs.scaled_schedule(learned, 0.1)
-    assert scaled.prob.mean() == pytest.approx(0.1)
-    np.testing.assert_allclose(scaled.prob * prob.mean() / 0.1, prob)
-    np.testing.assert_array_equal(scaled.mag, mag)
-    with pytest.raises(ValueError, match="past 1"):
-        cs.scaled_schedule(learned, 0.9)
-    with pytest.raises(ValueError, match="mean_prob"):
-        cs.scaled_schedule(learned, 0.0)
-
-
 def test_policy_items_and_labels(pq):
     assert pq._policy_arg("hba", "cifar10") == "hba:cifar10"
     assert pq._policy_arg("pba=hba:x/pba.json", "cifar10") == "hba:x/pba.json"
