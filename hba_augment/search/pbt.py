@@ -55,7 +55,7 @@ DEFAULT_POPULATION = 8
 #: explored copy of it, so that the first round already compares policies. ``"same"``: every member at the
 #: start policy, as PBA's search does (``pba/setup.py`` gives every trial the all-zero policy; policies
 #: change only when a member copies another), so that the lineage keeps the start until a member that
-#: copied wins; from a weak start that is PBA's slow first epochs.
+#: copied wins. Without signal that only delays the ramp a little (docs/contract.md, section 6).
 MEMBER_STARTS = ("explored", "same")
 #: The members' start when none is given: the one the measured searches ran with.
 DEFAULT_MEMBER_START = "explored"
