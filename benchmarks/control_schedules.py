@@ -44,6 +44,7 @@ import numpy as np
 
 from hba_augment.functional import NUM_OPS, OP_NAMES, OPS
 from hba_augment.schedule import Schedule
+from hba_augment.search.priors import prior_policy
 
 REPO = Path(__file__).resolve().parents[1]
 PBA_DIR = REPO.parent / "shared" / "reference" / "pba"
@@ -163,8 +164,6 @@ def delayed_schedule(learned: Schedule, delay: int) -> Schedule:
     Raises:
         ValueError: ``delay`` outside ``[1, epochs - 1]``, or ``learned`` names no start.
     """
-    from hba_augment.search.priors import prior_policy
-
     if isinstance(delay, bool) or not isinstance(delay, int) or not 1 <= delay < learned.epochs:
         raise ValueError(f"delay must be an int in [1, {learned.epochs - 1}], got {delay!r}")
     init = learned.provenance.get("init")

@@ -186,8 +186,7 @@ def null_schedule(init: str, seed: int, *, population: int, epochs: int, every: 
         count_probs: its ``count_probs`` if it overrode the prior's (``None``: the prior's).
         member_start: its ``--member-start``, one of :data:`~hba_augment.search.pbt.MEMBER_STARTS`.
     """
-    if member_start not in pbt.MEMBER_STARTS:
-        raise ValueError(f"member_start must be one of {pbt.MEMBER_STARTS}, got {member_start!r}")
+    pbt.check_settings(member_start=member_start)
     prior = prior_policy(init)
     rng = np.random.default_rng(seed)
     explore = _hba_explore(resample_prob, max_shift)

@@ -169,7 +169,7 @@ def test_ranking_is_the_one_order_of_members():
 
 @pytest.mark.parametrize(("setting", "value", "match"), [
     ("resample_prob", 1.5, "resample_prob"), ("max_shift", -1, "max_shift"), ("levels", 0, "levels"),
-    ("quantile", 0.6, "quantile"), ("max_shift", True, "max_shift"),
+    ("quantile", 0.6, "quantile"), ("max_shift", True, "max_shift"), ("member_start", "spread", "member_start"),
 ])
 def test_bad_population_settings_are_named(setting, value, match):
     with pytest.raises(ValueError, match=match):

@@ -168,9 +168,10 @@ def ranking(scores: Sequence[float]) -> list[int]:
 
 
 def check_settings(*, resample_prob: float = EXPLORE_RESAMPLE_PROB, max_shift: int = EXPLORE_MAX_SHIFT,
-                   levels: int = EXPLORE_LEVELS, quantile: float = TRUNCATION_QUANTILE) -> None:
+                   levels: int = EXPLORE_LEVELS, quantile: float = TRUNCATION_QUANTILE,
+                   member_start: str = DEFAULT_MEMBER_START) -> None:
     """Raise ``ValueError`` naming the first bad explore or exploit setting (see :func:`explore` and
-    :func:`truncation_selection` for the ranges)."""
+    :func:`truncation_selection` for the ranges; ``member_start`` is one of :data:`MEMBER_STARTS`)."""
     if not (isinstance(resample_prob, (int, float)) and 0.0 <= resample_prob <= 1.0):
         raise ValueError(f"resample_prob must be a number in [0, 1], got {resample_prob!r}")
     for name, value, low in (("max_shift", max_shift, 0), ("levels", levels, 1)):
@@ -178,6 +179,8 @@ def check_settings(*, resample_prob: float = EXPLORE_RESAMPLE_PROB, max_shift: i
             raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
     if not (isinstance(quantile, (int, float)) and 0.0 < quantile <= 0.5):
         raise ValueError(f"quantile must be a number in (0, 0.5], got {quantile!r}")
+    if member_start not in MEMBER_STARTS:
+        raise ValueError(f"member_start must be one of {MEMBER_STARTS}, got {member_start!r}")
 
 
 def truncation_selection(

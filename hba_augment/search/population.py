@@ -146,9 +146,8 @@ class PopulationConfig:
         if self.search.objective != "hypernetwork":
             raise ValueError(f"the population search has no objective of its own to combine with, got objective "
                              f"{self.search.objective!r} in its SearchConfig (leave it at 'hypernetwork')")
-        pbt.check_settings(resample_prob=self.resample_prob, max_shift=self.max_shift, quantile=self.quantile)
-        if self.member_start not in pbt.MEMBER_STARTS:
-            raise ValueError(f"member_start must be one of {pbt.MEMBER_STARTS}, got {self.member_start!r}")
+        pbt.check_settings(resample_prob=self.resample_prob, max_shift=self.max_shift, quantile=self.quantile,
+                           member_start=self.member_start)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-compatible values, the search's fields first (one flat record)."""
@@ -294,14 +293,12 @@ def _start(config: PopulationConfig) -> _History:
     itself (``config.member_start``)."""
     n, seed = config.population, config.search.seed
     prior = prior_policy(config.search.init)
-    prob, mag = np.empty((n, 2, 15)), np.empty((n, 2, 15))
-    prob[:], mag[:] = prior.prob, prior.mag
-    if config.member_start == "same":
-        return _History(plan_parents=list(range(n)), plan_prob=prob, plan_mag=mag)
-    for m in range(1, n):
-        rng = np.random.default_rng([seed, _INIT_STREAM, m])
-        prob[m], mag[m] = pbt.explore(prior.prob, prior.mag, rng, resample_prob=config.resample_prob,
-                                      max_shift=config.max_shift)
+    prob, mag = np.repeat(prior.prob[None], n, axis=0), np.repeat(prior.mag[None], n, axis=0)
+    if config.member_start == "explored":
+        for m in range(1, n):
+            rng = np.random.default_rng([seed, _INIT_STREAM, m])
+            prob[m], mag[m] = pbt.explore(prior.prob, prior.mag, rng, resample_prob=config.resample_prob,
+                                          max_shift=config.max_shift)
     return _History(plan_parents=list(range(n)), plan_prob=prob, plan_mag=mag)
 
 
