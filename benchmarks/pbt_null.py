@@ -359,6 +359,32 @@ def selection_signal(rounds: list[dict]) -> dict[str, tuple[float, float]]:
             "accuracy spread, last 10 rounds (points)": mean_se(spread[-10:])}
 
 
+def copy_noise(rounds: list[dict], parts: int = 4) -> list[dict[str, float]]:
+    """How far apart one round leaves two members that started it from the same weights: after a copy in
+    round ``r`` (``to`` took ``from``'s weights), their validation accuracies after round ``r + 1`` differ by
+    the round's noise (their own random streams) plus what their policies did (the copy's explored policy
+    against the donor's). Donors that themselves copied in round ``r`` are left out. Per consecutive
+    ``parts`` of the search: pairs, the standard deviation and the mean of ``acc[to] - acc[from]`` (points)
+    and the mean of ``mean_prob[to] - mean_prob[from]``."""
+    pairs = []  # (round, accuracy difference, mean-probability difference)
+    for r in range(len(rounds) - 1):
+        copiers = {c["to"] for c in rounds[r]["copies"]}
+        for c in rounds[r]["copies"]:
+            if c["from"] in copiers:
+                continue
+            acc, prob = rounds[r + 1]["val_acc"], rounds[r + 1]["mean_prob"]
+            pairs.append((r + 1, 100 * (acc[c["to"]] - acc[c["from"]]), prob[c["to"]] - prob[c["from"]]))
+    out = []
+    for q in range(parts):
+        lo, hi = q * len(rounds) / parts, (q + 1) * len(rounds) / parts
+        sel = np.array([(d, dp) for r, d, dp in pairs if lo <= r < hi]).reshape(-1, 2)
+        out.append({"first round": int(np.ceil(lo)), "pairs": len(sel),
+                    "sd": float(np.std(sel[:, 0], ddof=1)) if len(sel) > 1 else float("nan"),
+                    "mean": float(sel[:, 0].mean()) if len(sel) else float("nan"),
+                    "mean p difference": float(sel[:, 1].mean()) if len(sel) else float("nan")})
+    return out
+
+
 def searched_report(folder: Path, replicates: int, seed: int) -> str:
     """A population search's schedule (``folder/schedule.json``) and rounds (``folder/metrics.jsonl``)
     against ``replicates`` null searches of its own settings: is what it wrote more than its explore step's
@@ -401,6 +427,13 @@ def searched_report(folder: Path, replicates: int, seed: int) -> str:
                   "policies' strength? (Spearman's rho per round, mean ± standard error over rounds)", "",
                   "| statistic | mean ± se |", "|---|---|"]
         lines += [f"| {name} | {m:.3f} ± {se:.3f} |" for name, (m, se) in selection_signal(rounds).items()]
+        score = "an average of its weights" if prov.get("score_ema") else "its weights"
+        lines += ["", f"Score noise: a member that copied and its donor start the next round from the same weights, "
+                  f"each scored on {score}; how far apart that round leaves them (`acc[copier] - acc[donor]`, "
+                  "points), by quarter of the search:", "",
+                  "| rounds from | pairs | sd | mean | mean p, copier - donor |", "|---|---|---|---|---|"]
+        lines += [f"| {q['first round']} | {q['pairs']} | {q['sd']:.2f} | {q['mean']:+.2f} | {q['mean p difference']:+.3f} |"
+                  for q in copy_noise(rounds)]
     return "\n".join(lines) + "\n"
 
 

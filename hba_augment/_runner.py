@@ -14,6 +14,7 @@ the others, so the output folder need not be shared between machines.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -43,6 +44,7 @@ __all__ = [
     "DrivenWorker",
     "EpochWorker",
     "Standardisation",
+    "WeightEMA",
     "WorkerBase",
     "baseline_augment",
     "check_checkpoint",
@@ -249,6 +251,47 @@ class CapturedStep:
             self.step(self.static_x, self.static_y)
         self.graph = graph
         graph.replay()  # capturing records the step; this runs it
+
+
+class WeightEMA:
+    """An exponential moving average of a network's weights and buffers (Polyak averaging, as timm's
+    ``ModelEmaV2``): after every optimiser step ``average = decay * average + (1 - decay) * weights``.
+
+    Why: a network's validation accuracy at a high learning rate bounces by points from one step to the next;
+    the average scores where the weights are, not where the last step threw them (the population search's
+    ``score_ema``, docs/contract.md section 6). The update is one fused in-place call and reads nothing on the
+    host, so a captured CUDA graph can hold it. The network's parameter and buffer tensors are held, so they
+    must be updated in place (``load_state_dict`` does that), not replaced.
+
+    Args:
+        model: the network being trained; the average starts at its current weights.
+        decay: per step, in (0, 1).
+    """
+
+    def __init__(self, model: nn.Module, decay: float) -> None:
+        if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0.0 < decay < 1.0:
+            raise ValueError(f"decay must be a number in (0, 1), got {decay!r}")
+        self.decay = float(decay)
+        self.module = copy.deepcopy(model)
+        self.module.requires_grad_(False)
+        pairs = list(zip([*self.module.parameters(), *self.module.buffers()],
+                         [*model.parameters(), *model.buffers()], strict=True))
+        self._avg = [a for a, _ in pairs if a.is_floating_point()]
+        self._src = [s for a, s in pairs if a.is_floating_point()]
+        self._copied = [(a, s) for a, s in pairs if not a.is_floating_point()]  # e.g. BN's batch counts
+
+    @torch.no_grad()
+    def update(self) -> None:
+        """One step of the average towards the network's current weights."""
+        torch._foreach_lerp_(self._avg, self._src, 1.0 - self.decay)
+        for avg, src in self._copied:
+            avg.copy_(src)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.module.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.module.load_state_dict(state)
 
 
 def graph_optimizer(model: nn.Module, config: Any, device: torch.device) -> tuple[torch.optim.SGD, Tensor]:

@@ -153,3 +153,20 @@ def test_a_null_search_is_not_flagged_against_its_own_null(tmp_path):
     assert len(rows) == 5
     assert all(0.01 < float(row[-1].rstrip(" |")) < 0.99 for row in rows), text
     assert "rho(val acc, mean p) | 0.400 ± 0.000" in text  # ranks 1, 2, 0, 3 against 0, 1, 2, 3
+
+
+def test_copy_noise_pairs_each_copier_with_its_donor_one_round_later():
+    rounds = []
+    for r in range(8):
+        # Member 3 copies member 0 every round; one round later it scores 1 point below member 0 in the first
+        # half and 3 above or below in the second. Member 2 copies member 3 in round 5: a donor that copied
+        # itself, left out.
+        acc = [0.5, 0.4, 0.4, 0.5 - (0.01 if r < 4 else 0.03 * (-1) ** r)]
+        copies = [{"to": 3, "from": 0}] + ([{"to": 2, "from": 3}, {"to": 1, "from": 3}] if r == 5 else [])
+        rounds.append({"val_acc": acc, "mean_prob": [0.1, 0.1, 0.1, 0.3], "copies": copies})
+    parts = pbt_null.copy_noise(rounds, parts=2)
+    assert [q["first round"] for q in parts] == [0, 4]
+    assert [q["pairs"] for q in parts] == [3, 4]  # rounds 1-3 and 4-7 (round 0's copy shows in round 1)
+    assert parts[0]["mean"] == pytest.approx(-1.0) and parts[0]["sd"] == pytest.approx(0.0, abs=1e-9)
+    assert parts[1]["sd"] == pytest.approx(np.std([3, -3, 3, -3], ddof=1))
+    assert parts[1]["mean p difference"] == pytest.approx(0.2)

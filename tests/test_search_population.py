@@ -14,6 +14,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hba_augment import _runner
 from hba_augment._space import MAGNITUDE_OPS, OP_RANGES
 from hba_augment.cli import main
 from hba_augment.datasets import load_dataset, reduced_split
@@ -170,6 +171,7 @@ def test_ranking_is_the_one_order_of_members():
 @pytest.mark.parametrize(("setting", "value", "match"), [
     ("resample_prob", 1.5, "resample_prob"), ("max_shift", -1, "max_shift"), ("levels", 0, "levels"),
     ("quantile", 0.6, "quantile"), ("max_shift", True, "max_shift"), ("member_start", "spread", "member_start"),
+    ("score_ema", 1.0, "score_ema"), ("score_ema", 0, "score_ema"), ("score_ema", True, "score_ema"),
 ])
 def test_bad_population_settings_are_named(setting, value, match):
     with pytest.raises(ValueError, match=match):
@@ -323,11 +325,57 @@ def test_members_that_start_the_same_keep_the_start_in_the_schedule_until_a_copy
     assert explored.metrics[0]["mean_prob"][1:] != pytest.approx([start.prob.mean()] * 3)
 
 
-def test_members_replaying_captured_steps_search_as_eager_ones(fake_data, tmp_path: Path):
+def test_scored_on_their_weights_average_members_train_the_same_and_score_otherwise(fake_data, tmp_path: Path):
+    """``score_ema``: the average is only what a member is scored on. Round 0 trains the same networks as a
+    search scored on the weights (same seeds, same policies), the scores differ, the provenance says so, and a
+    search cut after a round resumes bit for bit (the averages travel in the members' files)."""
+    raw = run_population_search(_config(), tmp_path / "raw", data=fake_data, plot=False, log=lambda m: None)
+    ema = run_population_search(_config(score_ema=0.5), tmp_path / "ema", data=fake_data, plot=False,
+                                log=lambda m: None)
+    assert ema.metrics[0]["train_loss"] == raw.metrics[0]["train_loss"]
+    assert ema.metrics[0]["val_loss"] != raw.metrics[0]["val_loss"]
+    assert ema.schedule.provenance["score_ema"] == 0.5 and raw.schedule.provenance["score_ema"] is None
+
+    def stop_after_round_2(message: str) -> None:
+        if message.startswith("round 2/"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_population_search(_config(score_ema=0.5), tmp_path / "cut", data=fake_data, plot=False,
+                              log=stop_after_round_2)
+    resumed = run_population_search(_config(score_ema=0.5), tmp_path / "cut", resume=True, data=fake_data,
+                                    plot=False, log=lambda m: None)
+    assert _without_times(resumed.metrics) == _without_times(ema.metrics)
+    np.testing.assert_array_equal(resumed.schedule.prob, ema.schedule.prob)
+
+
+def test_a_weights_average_follows_its_decay_and_copies_counts():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
+    ema = _runner.WeightEMA(model, 0.75)
+    before = [p.detach().clone() for p in ema.module.parameters()]
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    model(torch.randn(4, 3))  # BN: new running statistics and a batch count of 1
+    ema.update()
+    for avg, old, new in zip(ema.module.parameters(), before, model.parameters(), strict=True):
+        torch.testing.assert_close(avg, 0.75 * old + 0.25 * new)
+    bn_avg, bn = ema.module[1], model[1]
+    torch.testing.assert_close(bn_avg.running_mean, 0.25 * bn.running_mean)  # from 0
+    assert int(bn_avg.num_batches_tracked) == 1
+    assert not any(p.requires_grad for p in ema.module.parameters())
+    for bad in (0.0, 1.0, True, "0.9"):
+        with pytest.raises(ValueError, match="decay must be a number in \\(0, 1\\)"):
+            _runner.WeightEMA(model, bad)
+
+
+@pytest.mark.parametrize("score_ema", [None, 0.5])
+def test_members_replaying_captured_steps_search_as_eager_ones(fake_data, tmp_path: Path, score_ema):
     """--cuda-graphs: on the CPU the members run the same static-buffer steps uncaptured (batches of 16: two
-    full ones and a short one of 8 per epoch); the search is the eager one but for the fused SGD's rounding."""
+    full ones and a short one of 8 per epoch); the search is the eager one but for the fused SGD's rounding.
+    With ``score_ema`` the average's update is part of the step."""
     def config(**kw):
-        c = _config(**kw)
+        c = _config(score_ema=score_ema, **kw)
         c.search.batch_size = 16
         return c
 
@@ -359,6 +407,7 @@ def test_another_seed_gives_another_search(fake_data, tmp_path: Path):
     ({"quantile": 0.7}, "quantile"),
     ({"resample_prob": -0.1}, "resample_prob"),
     ({"member_start": "spread"}, "member_start must be one of"),
+    ({"score_ema": 1.5}, "score_ema must be None or a number in \\(0, 1\\), got 1.5"),
 ])
 def test_bad_population_settings(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -384,6 +433,7 @@ def test_compile_and_other_objectives_are_refused():
     (["--objective", "population", "--population", "2", "--population-procs", "3"], "population-procs"),
     (["--cuda-graphs"], "--cuda-graphs True applies to --objective population only"),
     (["--member-start", "same"], "--member-start same applies to --objective population only"),
+    (["--score-ema", "0.99"], "--score-ema 0.99 applies to --objective population only"),
 ])
 def test_command_line_refuses_options_of_the_other_objectives(tmp_path: Path, capsys, extra, said):
     args = ["search", "--data-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o"), "--device", "cpu", *extra]
@@ -440,11 +490,13 @@ def test_a_worker_process_stops_when_its_driver_is_gone(fake_data, monkeypatch):
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_on_cuda_members_capture_replay_and_recapture_after_an_exploit(fake_data, tmp_path: Path):
+@pytest.mark.parametrize("score_ema", [None, 0.5])
+def test_on_cuda_members_capture_replay_and_recapture_after_an_exploit(fake_data, tmp_path: Path, score_ema):
     """Two members, rounds of one epoch: every round one copies the other (new momentum buffers, a new
-    capture). The captured search ends near the eager one (CUDA is not bit-exact)."""
+    capture). The captured search ends near the eager one (CUDA is not bit-exact); with ``score_ema`` the
+    average's update is captured too."""
     def config(**kw):
-        c = _config(population=2, **kw)
+        c = _config(population=2, score_ema=score_ema, **kw)
         c.search.device, c.search.batch_size, c.search.amp = "cuda", 16, True
         return c
 

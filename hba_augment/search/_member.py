@@ -19,6 +19,10 @@ With ``cuda_graphs`` a member's full batches replay one captured CUDA graph of i
 in static tensors that each round overwrites (unchecked: explore keeps every value in its range), its SGD is
 the fused kernel at a rate held in a device tensor, and a copy of another member's weights and momentum
 (an exploit) is followed by a new capture.
+
+With ``score_ema`` a member also keeps an exponential moving average of its weights
+(:class:`~hba_augment._runner.WeightEMA`, updated after every step, inside the captured graph where there is
+one), which is what its round is scored on; an exploit copies the donor's average with its weights.
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ class _Member:
             self.model.to(memory_format=torch.channels_last)
         self.g_data = torch.Generator().manual_seed(member_seed(cfg.seed, index, 1))
         self.g_aug = torch.Generator(device=dev).manual_seed(member_seed(cfg.seed, index, 2))
+        self.ema = _runner.WeightEMA(self.model, worker.score_ema) if worker.score_ema is not None else None
         self.step = 0
         self.epoch = 0
         self.prob: Tensor | None = None
@@ -97,8 +102,10 @@ class _Member:
 
     # -- state ------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        ema = {} if self.ema is None else {"ema": self.ema.state_dict()}
         return {
             "model": self.model.state_dict(),
+            **ema,
             "optimizer": _runner.optimizer_state(self.opt),
             "g_data": self.g_data.get_state(),
             "g_aug": self.g_aug.get_state(),
@@ -113,6 +120,8 @@ class _Member:
         if weights is not None:
             state = torch.load(weights, map_location=dev, weights_only=True)
             self.model.load_state_dict(state["model"])
+            if self.ema is not None:
+                self.ema.load_state_dict(state["ema"])
             _runner.load_optimizer_state(self.opt, state["optimizer"], self.lr_tensor, self.captured)
         if streams is not None:
             state = torch.load(streams, map_location="cpu", weights_only=True)
@@ -145,6 +154,8 @@ class _Member:
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()
+        if self.ema is not None:
+            self.ema.update()
         with torch.no_grad():
             self.sums[0] += loss.detach() * len(y)
             self.sums[1] += (logits.argmax(1) == y).sum()
@@ -171,10 +182,11 @@ class _Member:
         return {"loss": self.sums[0], "correct": self.sums[1], "n": self.sums[2]}
 
     def evaluate(self) -> tuple[float, float]:
-        """Loss and accuracy on the clean validation images (eval mode: the running statistics), read on the
-        host: once per round."""
+        """Loss and accuracy on the clean validation images (eval mode: the running statistics) of the network,
+        or of its weights' average with ``score_ema``, read on the host: once per round."""
         w = self.worker
-        loss, error = _runner.evaluate_model(self.model, w.val_x, w.val_y, w.normalise, channels_last=w.channels_last,
+        model = self.model if self.ema is None else self.ema.module
+        loss, error = _runner.evaluate_model(model, w.val_x, w.val_y, w.normalise, channels_last=w.channels_last,
                                              amp=w.config.amp)
         return loss, 1.0 - error / 100.0
 
@@ -188,11 +200,15 @@ class Worker:
         train, val: :class:`~hba_augment.datasets.ImageData` (uint8), the search's split.
         members: the indices of the members it holds.
         cuda_graphs: replay each member's full batches from a captured CUDA graph (see the module docstring).
+        score_ema: score each member on an exponential moving average of its weights with this decay per
+            step (``None``: on its weights; see the module docstring).
     """
 
-    def __init__(self, config: Any, train: Any, val: Any, members: list[int], cuda_graphs: bool = False) -> None:
+    def __init__(self, config: Any, train: Any, val: Any, members: list[int], cuda_graphs: bool = False,
+                 score_ema: float | None = None) -> None:
         self.config = config
         self.cuda_graphs = cuda_graphs
+        self.score_ema = score_ema
         self.device = dev = torch.device(config.device)
         self.num_classes = len(train.classes)
         self.train_x, self.train_y = train.images.to(dev), train.labels.to(dev)
@@ -243,7 +259,8 @@ class Worker:
 
 
 def serve(config: Any, train: tuple[np.ndarray, np.ndarray, list[str]], val: tuple[np.ndarray, np.ndarray, list[str]],
-          members: list[int], threads: int, tasks: Any, results: Any, cuda_graphs: bool = False) -> None:
+          members: list[int], threads: int, tasks: Any, results: Any, cuda_graphs: bool = False,
+          score_ema: float | None = None) -> None:
     """A worker process's main loop (started with the 'spawn' method): build a :class:`Worker` from the
     images sent as ``(images, labels, classes)`` numpy arrays, then run
     each list of tasks that arrives on ``tasks`` until ``None``; every answer goes to ``results`` as
@@ -256,7 +273,7 @@ def serve(config: Any, train: tuple[np.ndarray, np.ndarray, list[str]], val: tup
         torch.set_num_threads(threads)
         if config.device.startswith("cuda"):
             torch.backends.cudnn.benchmark = True  # fixed shapes, long runs
-        worker = Worker(config, train, val, members, cuda_graphs)
+        worker = Worker(config, train, val, members, cuda_graphs, score_ema)
         results.put(("ready", members))
         while True:
             try:

@@ -81,7 +81,7 @@ def _count_probs(text: str) -> tuple[float, ...]:
 _LAMBDA_OPTIONS = ("strategy", "hparam_lr", "sigma", "t_train", "t_val", "prior_decay", "hparam_accumulate",
                    "teacher_estimator", "teacher_weight", "teacher_decay", "val_bn", "hyper_input")
 # Options of the population search (default None: "not given"), which the other objectives refuse.
-_POPULATION_OPTIONS = ("population", "exploit_every", "member_start", "population_procs", "cuda_graphs")
+_POPULATION_OPTIONS = ("population", "exploit_every", "member_start", "score_ema", "population_procs", "cuda_graphs")
 
 
 def _flag(attr: str) -> str:
@@ -93,6 +93,14 @@ def _population(text: str) -> int:
     value = positive_int(text)
     if value < 2:
         raise argparse.ArgumentTypeError(f"a population needs at least 2 members, got {text!r}")
+    return value
+
+
+def _decay(text: str) -> float:
+    """``--score-ema``: a number in (0, 1)."""
+    value = positive_float(text)
+    if value >= 1.0:
+        raise argparse.ArgumentTypeError(f"a decay per step must be below 1, got {text!r}")
     return value
 
 
@@ -125,7 +133,8 @@ def population_config_from_args(args: argparse.Namespace, device: str,
     # Options not given keep the config's defaults (one home for each).
     given = {k: getattr(args, k) for k in ("population", "member_start") if getattr(args, k) is not None}
     return PopulationConfig(search=config_from_args(args, device) if search is None else search, **given,
-                            exploit_every=args.exploit_every, population_procs=args.population_procs,
+                            exploit_every=args.exploit_every, score_ema=args.score_ema,
+                            population_procs=args.population_procs,
                             cuda_graphs=bool(args.cuda_graphs))
 
 
@@ -259,6 +268,10 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
                    help="how the members start: 'explored' = member 0 at the --init policy, the others at "
                    "explored copies of it; 'same' = every member at the --init policy, as PBA's search (the "
                    f"schedule keeps the start until a member that copied wins) (default: {DEFAULT_MEMBER_START})")
+    g.add_argument("--score-ema", type=_decay, metavar="DECAY",
+                   help="score each member on an exponential moving average of its weights, with this decay per "
+                   "training step in (0, 1), e.g. 0.99, instead of on its weights, whose accuracy at a high "
+                   "learning rate bounces by points from round to round (default: off, as PBA)")
     g.add_argument("--population-procs", type=nonneg_int, metavar="P",
                    help="worker processes on the device, the members spread over them (default: one per member; "
                    "0: every member in this process, one after another)")

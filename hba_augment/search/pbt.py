@@ -169,9 +169,11 @@ def ranking(scores: Sequence[float]) -> list[int]:
 
 def check_settings(*, resample_prob: float = EXPLORE_RESAMPLE_PROB, max_shift: int = EXPLORE_MAX_SHIFT,
                    levels: int = EXPLORE_LEVELS, quantile: float = TRUNCATION_QUANTILE,
-                   member_start: str = DEFAULT_MEMBER_START) -> None:
+                   member_start: str = DEFAULT_MEMBER_START, score_ema: float | None = None) -> None:
     """Raise ``ValueError`` naming the first bad explore or exploit setting (see :func:`explore` and
-    :func:`truncation_selection` for the ranges; ``member_start`` is one of :data:`MEMBER_STARTS`)."""
+    :func:`truncation_selection` for the ranges; ``member_start`` is one of :data:`MEMBER_STARTS`;
+    ``score_ema``, the decay per step of the weights' average that members are scored on, is ``None`` or in
+    (0, 1))."""
     if not (isinstance(resample_prob, (int, float)) and 0.0 <= resample_prob <= 1.0):
         raise ValueError(f"resample_prob must be a number in [0, 1], got {resample_prob!r}")
     for name, value, low in (("max_shift", max_shift, 0), ("levels", levels, 1)):
@@ -181,6 +183,9 @@ def check_settings(*, resample_prob: float = EXPLORE_RESAMPLE_PROB, max_shift: i
         raise ValueError(f"quantile must be a number in (0, 0.5], got {quantile!r}")
     if member_start not in MEMBER_STARTS:
         raise ValueError(f"member_start must be one of {MEMBER_STARTS}, got {member_start!r}")
+    if score_ema is not None and (isinstance(score_ema, bool) or not isinstance(score_ema, (int, float))
+                                  or not 0.0 < score_ema < 1.0):
+        raise ValueError(f"score_ema must be None or a number in (0, 1), got {score_ema!r}")
 
 
 def truncation_selection(

@@ -15,7 +15,8 @@ The algorithm:
    (:func:`~hba_augment.search.pbt.explore`), so that they differ and the start stays in the race; with
    ``"same"`` every member starts at the ``init`` policy, as PBA's members do.
 2. A *round* is ``exploit_every`` epochs. After each, every member is tested on the search's validation
-   images (clean, eval mode); then truncation selection
+   images (clean, eval mode; with ``score_ema``, an exponential moving average of its weights is tested
+   instead, so that the score is not the high learning rate's bounce); then truncation selection
    (:func:`~hba_augment.search.pbt.truncation_selection`): each member of the bottom 25% copies the weights
    and optimiser state of a random member of the top 25% and an explored copy of its policy. The others go
    on unchanged.
@@ -79,7 +80,7 @@ _CHECKPOINT_VERSION = 1
 # May differ between the session that wrote a checkpoint and the one that resumes it.
 _RESUME_FREE = frozenset({"data_dir", "name", "device", "compile", "population_procs", "cuda_graphs"})
 # Fields added after checkpoints were first written, with the value such a checkpoint ran with.
-_ADDED_FIELDS = {"member_start": "explored"}
+_ADDED_FIELDS = {"member_start": "explored", "score_ema": None}
 # Streams of the driver's draws (the members' use member_seed(seed, member, 0..2)).
 _INIT_STREAM, _SELECT_STREAM = 1, 2
 
@@ -102,6 +103,9 @@ class PopulationConfig:
         member_start: how round 0's members start, one of :data:`~hba_augment.search.pbt.MEMBER_STARTS`
             (``"explored"``: member 0 at ``init``, the others at explored copies; ``"same"``: all at ``init``,
             as PBA's search).
+        score_ema: score each member on an exponential moving average of its weights with this decay per
+            training step, in (0, 1) (:class:`~hba_augment._runner.WeightEMA`; ``None``: on its weights, as
+            PBA). The schedule is still the lineage of policies; only the score changes.
         cuda_graphs: replay each member's full training batches from a captured CUDA graph
             (:mod:`~hba_augment.search._member`); elsewhere the same steps run eagerly. Changes speed and
             rounding, not the search.
@@ -115,6 +119,7 @@ class PopulationConfig:
     max_shift: int = pbt.EXPLORE_MAX_SHIFT
     quantile: float = pbt.TRUNCATION_QUANTILE
     member_start: str = pbt.DEFAULT_MEMBER_START
+    score_ema: float | None = None
     cuda_graphs: bool = False
 
     @property
@@ -147,7 +152,7 @@ class PopulationConfig:
             raise ValueError(f"the population search has no objective of its own to combine with, got objective "
                              f"{self.search.objective!r} in its SearchConfig (leave it at 'hypernetwork')")
         pbt.check_settings(resample_prob=self.resample_prob, max_shift=self.max_shift, quantile=self.quantile,
-                           member_start=self.member_start)
+                           member_start=self.member_start, score_ema=self.score_ema)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-compatible values, the search's fields first (one flat record)."""
@@ -223,7 +228,7 @@ class _Pool:
         self.inboxes: list[Any] = []
         if procs == 0:
             self.groups = [list(range(n))]
-            self.local = Worker(config.search, train, val, self.groups[0], config.cuda_graphs)
+            self.local = Worker(config.search, train, val, self.groups[0], config.cuda_graphs, config.score_ema)
             return
         self.groups = [list(range(p, n, procs)) for p in range(procs)]
         ctx = torch.multiprocessing.get_context("spawn")
@@ -237,7 +242,7 @@ class _Pool:
             for group in self.groups:
                 inbox = ctx.Queue()
                 proc = ctx.Process(target=serve, args=(config.search, train, val, group, threads, inbox, self.results,
-                                                       config.cuda_graphs), daemon=True)
+                                                       config.cuda_graphs, config.score_ema), daemon=True)
                 proc.start()
                 self.processes.append(proc)
                 self.inboxes.append(inbox)
@@ -414,6 +419,7 @@ def _provenance(config: PopulationConfig, history: _History, train: Any, val: An
         **training_provenance(cfg),
         "init": cfg.init,
         "member_start": config.member_start,
+        "score_ema": config.score_ema,
         "amp": cfg.amp,
         "channels_last": cfg.channels_last,
         "baseline": {"flip": cfg.flip, "crop_padding": cfg.crop_padding, "cutout": cfg.cutout},
