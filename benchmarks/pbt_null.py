@@ -368,8 +368,9 @@ def copy_noise(rounds: list[dict], parts: int = 4) -> list[dict[str, float]]:
     and the mean of ``mean_prob[to] - mean_prob[from]``."""
     pairs = []  # (round, accuracy difference, mean-probability difference)
     for r in range(len(rounds) - 1):
-        copiers = {c["to"] for c in rounds[r]["copies"]}
-        for c in rounds[r]["copies"]:
+        copies = rounds[r].get("copies", [])
+        copiers = {c["to"] for c in copies}
+        for c in copies:
             if c["from"] in copiers:
                 continue
             acc, prob = rounds[r + 1]["val_acc"], rounds[r + 1]["mean_prob"]
@@ -427,13 +428,15 @@ def searched_report(folder: Path, replicates: int, seed: int) -> str:
                   "policies' strength? (Spearman's rho per round, mean ± standard error over rounds)", "",
                   "| statistic | mean ± se |", "|---|---|"]
         lines += [f"| {name} | {m:.3f} ± {se:.3f} |" for name, (m, se) in selection_signal(rounds).items()]
-        score = "an average of its weights" if prov.get("score_ema") else "its weights"
-        lines += ["", f"Score noise: a member that copied and its donor start the next round from the same weights, "
-                  f"each scored on {score}; how far apart that round leaves them (`acc[copier] - acc[donor]`, "
-                  "points), by quarter of the search:", "",
-                  "| rounds from | pairs | sd | mean | mean p, copier - donor |", "|---|---|---|---|---|"]
-        lines += [f"| {q['first round']} | {q['pairs']} | {q['sd']:.2f} | {q['mean']:+.2f} | {q['mean p difference']:+.3f} |"
-                  for q in copy_noise(rounds)]
+        noise = copy_noise(rounds)
+        if any(q["pairs"] for q in noise):
+            score = "an average of its weights" if prov.get("score_ema") else "its weights"
+            lines += ["", "Score noise: a member that copied and its donor start the next round from the same weights, "
+                      f"each scored on {score}; how far apart that round leaves them (`acc[copier] - acc[donor]`, "
+                      "points), by quarter of the search:", "",
+                      "| rounds from | pairs | sd | mean | mean p, copier - donor |", "|---|---|---|---|---|"]
+            lines += [f"| {q['first round']} | {q['pairs']} | {q['sd']:.2f} | {q['mean']:+.2f} | "
+                      f"{q['mean p difference']:+.3f} |" for q in noise]
     return "\n".join(lines) + "\n"
 
 
