@@ -155,6 +155,7 @@ def run(args: argparse.Namespace) -> None:
                                "wd": config.wd, "seed": args.seed, "train_size": config.train_size,
                                "val_size": config.val_size, "device": args.device, "source": source},
                     "seconds": time.perf_counter() - t0,
+                    "command": args.command,
                 }
                 _result_path(out, branch_at, r).write_text(json.dumps(result, indent=1) + "\n")
                 acc = scores["raw"]["val_acc"]
@@ -172,10 +173,12 @@ def report(out: Path, command: str) -> str:
     if not results:
         raise SystemExit(f"no results under {out / RESULTS_FOLDER}")
     cfg = results[0]["config"]
+    runs = sorted({r["command"] for r in results if "command" in r})
     lines = [
         "# One round of a population search: policy signal against round noise",
         "",
-        f"- Command: `{command}`",
+        *[f"- Run: `{run}`" for run in runs],
+        f"- Report: `{command}`",
         f"- Commit: {source_commit() or 'unknown'}; date: {datetime.now(timezone.utc).isoformat(timespec='seconds')}; "
         f"{platform.machine()}, torch {torch.__version__}",
         f"- Search settings: {cfg['model']}, {cfg['epochs']} epochs (cosine), lr {cfg['lr']}, wd {cfg['wd']}, "
@@ -257,13 +260,14 @@ def main(argv: list[str] | None = None) -> None:
                    "decay per step (the population search's --score-ema)")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
+    args.command = "python benchmarks/policy_signal.py " + " ".join(sys.argv[1:] if argv is None else argv)
     out = Path(args.out)
     if not args.report_only:
         args.branch_at = [int(x) for x in args.branch_at.split(",")]
         if args.every is None:
             args.every = pbt.default_exploit_every(args.epochs)
         run(args)
-    text = report(out, "python benchmarks/policy_signal.py " + " ".join(sys.argv[1:] if argv is None else argv))
+    text = report(out, args.command)
     (out / REPORT_FILE).write_text(text)
     print(text)
 
