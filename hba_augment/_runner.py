@@ -278,14 +278,15 @@ class WeightEMA:
                          [*model.parameters(), *model.buffers()], strict=True))
         self._avg = [a for a, _ in pairs if a.is_floating_point()]
         self._src = [s for a, s in pairs if a.is_floating_point()]
-        self._copied = [(a, s) for a, s in pairs if not a.is_floating_point()]  # e.g. BN's batch counts
+        self._copied_avg = [a for a, _ in pairs if not a.is_floating_point()]  # e.g. BN's batch counts
+        self._copied_src = [s for a, s in pairs if not a.is_floating_point()]
 
     @torch.no_grad()
     def update(self) -> None:
         """One step of the average towards the network's current weights."""
         torch._foreach_lerp_(self._avg, self._src, 1.0 - self.decay)
-        for avg, src in self._copied:
-            avg.copy_(src)
+        if self._copied_avg:  # one launch for all of them, not one per batch-norm layer
+            torch._foreach_copy_(self._copied_avg, self._copied_src)
 
     def state_dict(self) -> dict[str, Any]:
         return self.module.state_dict()

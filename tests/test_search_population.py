@@ -442,6 +442,14 @@ def test_command_line_refuses_options_of_the_other_objectives(tmp_path: Path, ca
     assert not (tmp_path / "o").exists()
 
 
+def test_command_line_names_a_score_ema_outside_its_range(tmp_path: Path, capsys):
+    args = ["search", "--objective", "population", "--score-ema", "1.5", "--data-dir", str(tmp_path / "nowhere"),
+            "--out", str(tmp_path / "o"), "--device", "cpu"]
+    assert main(args) == 2
+    assert "score_ema must be None or a number in (0, 1), got 1.5" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
 def test_population_needs_two_members(tmp_path: Path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["search", "--data-dir", "d", "--out", str(tmp_path / "o"), "--objective", "population",

@@ -96,14 +96,6 @@ def _population(text: str) -> int:
     return value
 
 
-def _decay(text: str) -> float:
-    """``--score-ema``: a number in (0, 1)."""
-    value = positive_float(text)
-    if value >= 1.0:
-        raise argparse.ArgumentTypeError(f"a decay per step must be below 1, got {text!r}")
-    return value
-
-
 def check_objective_options(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> None:
     """Refuse options that the chosen ``--objective`` does not use (``parser``: the one that parsed ``args``,
     whose defaults tell what was given; default :func:`build_parser`).
@@ -268,7 +260,7 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
                    help="how the members start: 'explored' = member 0 at the --init policy, the others at "
                    "explored copies of it; 'same' = every member at the --init policy, as PBA's search (the "
                    f"schedule keeps the start until a member that copied wins) (default: {DEFAULT_MEMBER_START})")
-    g.add_argument("--score-ema", type=_decay, metavar="DECAY",
+    g.add_argument("--score-ema", type=positive_float, metavar="DECAY",
                    help="score each member on an exponential moving average of its weights, with this decay per "
                    "training step in (0, 1), e.g. 0.99, instead of on its weights, whose accuracy at a high "
                    "learning rate bounces by points from round to round (default: off, as PBA)")
