@@ -440,6 +440,97 @@ def searched_report(folder: Path, replicates: int, seed: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def op_preference(prob: np.ndarray, mag: np.ndarray, start: Policy, part: slice = slice(None)) -> np.ndarray:
+    """What a per-epoch schedule (``(epochs, 2, 15)`` each, this package's values) prefers, over the epochs
+    ``part``: per op, its mean probability over those epochs and both copies minus the start's, then per
+    magnitude op, its mean fraction of the range minus the start's; ``(15 + 12,)``."""
+    prob, mag = np.asarray(prob)[part], np.asarray(mag)[part]
+    op = prob.mean(axis=(0, 1)) - np.asarray(start[0]).mean(axis=0)
+    frac = pbt.mag_fractions(mag).mean(axis=(0, 1)) - pbt.mag_fractions(start[1]).mean(axis=0)
+    return np.concatenate([op, frac])
+
+
+#: The parts of a schedule whose preferences :func:`agreement_report` compares.
+AGREEMENT_PARTS = {"all epochs": (0.0, 1.0), "second half": (0.5, 1.0)}
+
+
+def _null_settings(prov: dict) -> dict:
+    """The provenance fields a null search depends on (not the score, not the seed)."""
+    explore = prov.get("explore", {})
+    return {"init": prov["init"], "population": prov["population"], "search_epochs": prov["search_epochs"],
+            "exploit_every": prov["exploit_every"],
+            # Searches from before --member-start existed ran with "explored" and do not record it.
+            "member_start": prov.get("member_start", "explored"),
+            "resample_prob": explore.get("resample_prob", pbt.EXPLORE_RESAMPLE_PROB),
+            "max_shift": explore.get("max_shift", pbt.EXPLORE_MAX_SHIFT)}
+
+
+def agreement_report(folders: list[Path], replicates: int, seed: int) -> str:
+    """Do two population searches of the same settings (say, two seeds) prefer the same ops?
+
+    Selection that follows a signal steers independent searches the same way; selection on noise leaves
+    their preferences independent, and only the explore step's own asymmetries (clipping, a start that is not
+    the same for every op) can make them agree. So the statistic is the correlation between the two
+    schedules' :func:`op_preference` vectors (probabilities and magnitudes separately), each less the mean
+    preference of the null searches (what the explore step alone prefers), against the same correlation
+    between ``replicates`` pairs of independent null searches of their settings."""
+    if len(folders) != 2:
+        raise ValueError(f"--agree takes two search folders, got {len(folders)}")
+    schedules = [Schedule.load(Path(f) / "schedule.json") for f in folders]
+    settings = [_null_settings(s.provenance) for s in schedules]
+    if settings[0] != settings[1]:
+        diff = {k: (settings[0][k], settings[1][k]) for k in settings[0] if settings[0][k] != settings[1][k]}
+        raise ValueError(f"--agree needs two searches of the same settings; they differ in {diff}")
+    cfg = settings[0]
+    prior = prior_policy(cfg["init"])
+    start = (prior.prob, prior.mag)
+    explore = _hba_explore(cfg["resample_prob"], cfg["max_shift"])
+    epochs = cfg["search_epochs"]
+    parts = {name: slice(int(lo * epochs), int(hi * epochs)) for name, (lo, hi) in AGREEMENT_PARTS.items()}
+    rng = np.random.default_rng(seed)
+
+    def null() -> Policy:
+        return null_lineage(start, explore, _hba_fractions, rng, population=cfg["population"], epochs=epochs,
+                            every=cfg["exploit_every"], explore_start=cfg["member_start"] == "explored", raw=True)
+
+    def corr(a: np.ndarray, b: np.ndarray) -> float:
+        # A preference vector with no spread (a schedule that never moved) agrees with nothing.
+        return float(np.corrcoef(a, b)[0, 1]) if a.std() > 0 and b.std() > 0 else 0.0
+
+    pairs = [(null(), null()) for _ in range(replicates)]
+    what = {"ops' probabilities (15)": slice(0, NUM_OPS), "magnitudes (12)": slice(NUM_OPS, None)}
+    lines = [f"# Do `{folders[0]}` and `{folders[1]}` prefer the same ops? (`benchmarks/pbt_null.py --agree`)", "",
+             f"- Settings of both: {cfg['population']} members, {epochs} epochs, a round every "
+             f"{cfg['exploit_every']}, start `{cfg['init']}`, members' start `{cfg['member_start']}`, explore "
+             f"resample {cfg['resample_prob']}, max shift {cfg['max_shift']}.",
+             f"- Statistic: Pearson's r between the two schedules' preferences (per op, its mean over the epochs "
+             f"and both copies minus the start's, less the null searches' mean preference); null: {replicates} "
+             f"pairs of independent null searches of those settings, seed {seed}.",
+             f"- Command: `python benchmarks/pbt_null.py --agree {folders[0]} {folders[1]} --replicates {replicates} "
+             f"--seed {seed}`",
+             f"- Commit: {source_commit() or 'unknown'}; numpy only (no training); "
+             f"date: {datetime.now(timezone.utc).isoformat(timespec='seconds')}", "",
+             "| epochs | preference | r | null: mean [5%, 95%] | null at least as large |", "|---|---|---|---|---|"]
+    for part_name, part in parts.items():
+        nulls = np.array([[op_preference(*a, start, part), op_preference(*b, start, part)] for a, b in pairs])
+        drift = nulls.mean(axis=(0, 1))  # what the explore step alone prefers, from this start
+        nulls -= drift
+        searched = [op_preference(s.prob, s.mag, start, part) - drift for s in schedules]
+        for name, sel in what.items():
+            r = corr(searched[0][sel], searched[1][sel])
+            null_r = np.array([corr(a[sel], b[sel]) for a, b in nulls])
+            lines.append(f"| {part_name} | {name} | {r:+.3f} | {_band(null_r)} | {(null_r >= r).mean():.3f} |")
+    lines += ["", "Each search's preferences over all epochs (mean probability over both copies minus the start's; "
+              "magnitude fraction minus the start's, `-` for an op without a magnitude):", "",
+              "| op | " + " | ".join(f"p: {Path(f).name}" for f in folders) + " | "
+              + " | ".join(f"magnitude: {Path(f).name}" for f in folders) + " |", "|---|---|---|---|---|"]
+    searched = [op_preference(s.prob, s.mag, start) for s in schedules]
+    for k, op in enumerate(OP_NAMES):
+        mags = [f"{v[NUM_OPS + MAGNITUDE_OPS.index(k)]:+.3f}" if k in MAGNITUDE_OPS else "-" for v in searched]
+        lines.append(f"| {op} | {searched[0][k]:+.3f} | {searched[1][k]:+.3f} | {mags[0]} | {mags[1]} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--replicates", type=int, default=1000, help="null searches per setting (default: 1000)")
@@ -459,6 +550,9 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--searched", metavar="DIR",
                    help="instead of the report, test the population search in DIR (its schedule.json and "
                         "metrics.jsonl) against --replicates null searches of its own settings")
+    mode.add_argument("--agree", nargs=2, metavar="DIR",
+                   help="instead of the report, test whether two population searches of the same settings (their "
+                        "schedule.json) prefer the same ops more than --replicates pairs of null searches do")
     args = p.parse_args(argv)
     if args.replicates < 2:
         p.error(f"--replicates must be at least 2, got {args.replicates}")
@@ -477,6 +571,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.searched:
         text = searched_report(Path(args.searched), args.replicates, args.seed)
+    elif args.agree:
+        try:
+            text = agreement_report([Path(f) for f in args.agree], args.replicates, args.seed)
+        except ValueError as e:
+            p.error(str(e))
     else:
         text = report(args.replicates, args.seed)
     print(text)

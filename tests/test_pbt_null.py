@@ -170,3 +170,45 @@ def test_copy_noise_pairs_each_copier_with_its_donor_one_round_later():
     assert parts[0]["mean"] == pytest.approx(-1.0) and parts[0]["sd"] == pytest.approx(0.0, abs=1e-9)
     assert parts[1]["sd"] == pytest.approx(np.std([3, -3, 3, -3], ddof=1))
     assert parts[1]["mean p difference"] == pytest.approx(0.2)
+
+
+def _agreement_rows(text: str) -> list[list[str]]:
+    return [line.strip("| ").split(" | ") for line in text.splitlines()
+            if line.startswith("| all epochs") or line.startswith("| second half")]
+
+
+def test_a_search_agrees_with_itself_and_two_nulls_agree_by_chance(tmp_path):
+    for seed in (3, 4):
+        (tmp_path / f"{seed}").mkdir()
+        pbt_null.null_schedule("paper", seed, population=4, epochs=40, every=2).save(tmp_path / f"{seed}" / "schedule.json")
+    same = _agreement_rows(pbt_null.agreement_report([tmp_path / "3", tmp_path / "3"], 200, 0))
+    assert len(same) == 4
+    assert all(float(row[2]) == pytest.approx(1.0) and float(row[-1]) == 0.0 for row in same)
+    two = _agreement_rows(pbt_null.agreement_report([tmp_path / "3", tmp_path / "4"], 200, 0))
+    assert all(0.01 < float(row[-1]) < 0.99 for row in two), two
+
+
+def test_the_null_s_own_drift_is_taken_out_of_the_agreement():
+    """From the TrivialAugment-like start, the explore step alone moves some ops more than others; two null
+    searches share that drift, so their raw preferences correlate, and less that drift they do not."""
+    start = prior_policy("trivialaugment")
+    rng = np.random.default_rng(0)
+    prefs = np.array([pbt_null.op_preference(*pbt_null.null_lineage(
+        (start.prob, start.mag), pbt.explore, pbt_null._hba_fractions, rng, population=4, epochs=40, every=2,
+        explore_start=True, raw=True), (start.prob, start.mag))[:15] for _ in range(400)])
+    raw = [np.corrcoef(a, b)[0, 1] for a, b in zip(prefs[::2], prefs[1::2], strict=True)]
+    centred = prefs - prefs.mean(axis=0)
+    less_drift = [np.corrcoef(a, b)[0, 1] for a, b in zip(centred[::2], centred[1::2], strict=True)]
+    assert np.mean(raw) > 0.2
+    assert abs(np.mean(less_drift)) < 0.05
+
+
+def test_agreement_needs_two_searches_of_the_same_settings(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    pbt_null.null_schedule("paper", 0, population=4, epochs=40, every=2).save(tmp_path / "a" / "schedule.json")
+    pbt_null.null_schedule("paper", 1, population=8, epochs=40, every=2).save(tmp_path / "b" / "schedule.json")
+    with pytest.raises(ValueError, match="population"):
+        pbt_null.agreement_report([tmp_path / "a", tmp_path / "b"], 10, 0)
+    with pytest.raises(SystemExit):
+        pbt_null.main(["--agree", str(tmp_path / "a"), str(tmp_path / "b"), "--replicates", "10"])
