@@ -22,11 +22,13 @@ are exchangeable, so a learned preference for some ops shows as more spread than
 Where PBA's numbers lie inside the null's bands, that statistic of its schedule is what a search without
 signal also produces. No network is trained; it runs in seconds.
 
-Two more uses of the same null, for this package's own population searches:
+Three more uses of the same null, for this package's own population searches:
 
 - ``--searched DIR``: a finished search (``DIR/schedule.json``, ``DIR/metrics.jsonl``) against null searches of
   its own settings: is what its schedule changed more than its explore step's drift, and did its members'
   validation accuracies rank with their policies' strength at all?
+- ``--agree DIR DIR``: two finished searches of the same settings (say, two seeds): do they prefer the same
+  ops more than two null searches do? A selection that follows a signal steers both the same way.
 - ``--schedules DIR``: null schedules of one search setting, to train as controls beside the searched one
   (``gpu_campaign.py`` writes one per population search as ``null:<search>``).
 
@@ -34,6 +36,7 @@ Usage::
 
     python benchmarks/pbt_null.py --replicates 1000 --out benchmarks/results/pbt_null.md
     python benchmarks/pbt_null.py --searched runs/population-ta --out runs/population-ta/null.md
+    python benchmarks/pbt_null.py --agree runs/population-ta runs/population-ta-seed1 --out runs/agreement.md
     python benchmarks/pbt_null.py --schedules runs/nulls --count 3 --init trivialaugment --population 4 \
         --epochs 100 --every 2
 """
