@@ -3,7 +3,7 @@
 The package has three layers (README, "Layout"):
 
 * the core: ``functional/``, ``schedule.py``, ``policy.py``, ``pretrained.py`` and their helpers;
-* the parts shared by the search and policy evaluation: ``datasets.py``, ``models/``, the run driver
+* the parts shared by the search and policy evaluation: ``datasets/``, ``models/``, the run driver
   (``_runner.py``, ``_distributed.py``, ``_cli_common.py``, ``_baselines.py``);
 * ``search/`` (the hypernetwork search) and ``train/`` (policy evaluation).
 

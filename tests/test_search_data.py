@@ -23,6 +23,7 @@ from PIL import Image
 
 from hba_augment import datasets as D
 from hba_augment.datasets import ImageData, balanced_split, load_dataset, reduced_split
+from hba_augment.datasets import _imagefolder as imagefolder_source
 
 CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
@@ -289,7 +290,7 @@ def test_imagefolder_archive_matches_directory(tmp_path):
 
 def test_imagefolder_threads_match_serial(tmp_path, monkeypatch):
     _write_tree(tmp_path / "tree", {"train": {"a": 9, "b": 8}})
-    monkeypatch.setattr(D, "_DECODE_CHUNK", 2)
+    monkeypatch.setattr(imagefolder_source, "_DECODE_CHUNK", 2)
     serial = load_dataset("imagefolder", tmp_path / "tree", cache=False, workers=1)
     pooled = load_dataset("imagefolder", tmp_path / "tree", cache=False, workers=2)
     assert torch.equal(serial.images, pooled.images) and torch.equal(serial.labels, pooled.labels)
@@ -308,7 +309,7 @@ def test_imagefolder_cache(tmp_path, monkeypatch):
     assert not [p for p in (cache / "arrays").iterdir() if p.name.startswith(".")]  # no temp files left
 
     with monkeypatch.context() as m:
-        m.setattr(D, "_decode_image", _no_decode)
+        m.setattr(imagefolder_source, "_decode_image", _no_decode)
         again = load_dataset("imagefolder", archive, "train", image_size=6, classes=2, cache_dir=cache)
         assert torch.equal(again.images, first.images) and torch.equal(again.labels, first.labels)
         assert again.classes == first.classes == ["ant", "bee"]
@@ -328,7 +329,7 @@ def test_imagefolder_cache(tmp_path, monkeypatch):
     load_dataset("imagefolder", tmp_path / "tree", "val")
     (cached,) = (Path(os.environ["HBA_CACHE_DIR"]) / "arrays").glob("tree-val-*.npz")
     with monkeypatch.context() as m:
-        m.setattr(D, "_decode_image", _no_decode)
+        m.setattr(imagefolder_source, "_decode_image", _no_decode)
         load_dataset("imagefolder", tmp_path / "tree", "val")
         _save(tmp_path / "tree" / "val" / "ant" / "new.png", np.zeros((12, 12, 3), np.uint8))
         with pytest.raises(AssertionError, match="cache"):  # a directory change misses
@@ -548,5 +549,5 @@ def test_bytes_io_roundtrip_of_decoder():
     # The decoder converts every mode to RGB.
     buf = io.BytesIO()
     Image.fromarray(np.full((4, 5), 77, np.uint8)).save(buf, format="PNG")
-    out = D._decode_image(buf.getvalue(), None)
+    out = imagefolder_source._decode_image(buf.getvalue(), None)
     assert out.shape == (4, 5, 3) and (out == 77).all()
