@@ -27,8 +27,8 @@ Three more uses of the same null, for this package's own population searches:
 - ``--searched DIR``: a finished search (``DIR/schedule.json``, ``DIR/metrics.jsonl``) against null searches of
   its own settings: is what its schedule changed more than its explore step's drift, and did its members'
   validation accuracies rank with their policies' strength at all?
-- ``--agree DIR DIR``: two finished searches of the same settings (say, two seeds): do they prefer the same
-  ops more than two null searches do? A selection that follows a signal steers both the same way.
+- ``--agree DIR DIR``: two finished searches (say, two seeds of one setting): do they prefer the same ops
+  more than two null searches do? A selection that follows a signal steers both the same way.
 - ``--schedules DIR``: null schedules of one search setting, to train as controls beside the searched one
   (``gpu_campaign.py`` writes one per population search as ``null:<search>``).
 
@@ -468,66 +468,81 @@ def _null_settings(prov: dict) -> dict:
             "max_shift": explore.get("max_shift", pbt.EXPLORE_MAX_SHIFT)}
 
 
+def _settings_text(cfg: dict) -> str:
+    return (f"{cfg['population']} members, {cfg['search_epochs']} epochs, a round every {cfg['exploit_every']}, "
+            f"start `{cfg['init']}`, members' start `{cfg['member_start']}`, explore resample "
+            f"{cfg['resample_prob']}, max shift {cfg['max_shift']}")
+
+
 def agreement_report(folders: list[Path], replicates: int, seed: int) -> str:
-    """Do two population searches of the same settings (say, two seeds) prefer the same ops?
+    """Do two population searches (say, two seeds of one setting) prefer the same ops?
 
     Selection that follows a signal steers independent searches the same way; selection on noise leaves
     their preferences independent, and only the explore step's own asymmetries (clipping, a start that is not
     the same for every op) can make them agree. So the statistic is the correlation between the two
     schedules' :func:`op_preference` vectors (probabilities and magnitudes separately), each less the mean
-    preference of the null searches (what the explore step alone prefers), against the same correlation
-    between ``replicates`` pairs of independent null searches of their settings."""
+    preference of null searches of its own settings (what its explore step alone prefers), against the same
+    correlation between ``replicates`` pairs of independent null searches, one of each search's settings.
+    The settings may differ (a proxy's search against a paper-scale one); preferences are averages over
+    each schedule's own epochs, so schedules of different lengths compare."""
     if len(folders) != 2:
         raise ValueError(f"--agree takes two search folders, got {len(folders)}")
     schedules = [Schedule.load(Path(f) / "schedule.json") for f in folders]
+    seeds = [s.provenance.get("seed") for s in schedules]
+    if seeds[0] is not None and seeds[0] == seeds[1]:
+        # The driver draws each member's start and each round's selection and explore from streams keyed by
+        # the seed alone (population.py), so two searches of one seed share their walks, whatever else differs.
+        raise ValueError(f"--agree needs searches of different seeds; both ran with seed {seeds[0]}, so their "
+                         "explore steps drew the same numbers and their schedules agree without any signal")
     settings = [_null_settings(s.provenance) for s in schedules]
-    if settings[0] != settings[1]:
-        diff = {k: (settings[0][k], settings[1][k]) for k in settings[0] if settings[0][k] != settings[1][k]}
-        raise ValueError(f"--agree needs two searches of the same settings; they differ in {diff}")
-    cfg = settings[0]
-    prior = prior_policy(cfg["init"])
-    start = (prior.prob, prior.mag)
-    explore = _hba_explore(cfg["resample_prob"], cfg["max_shift"])
-    epochs = cfg["search_epochs"]
-    parts = {name: slice(int(lo * epochs), int(hi * epochs)) for name, (lo, hi) in AGREEMENT_PARTS.items()}
+    starts = [(prior.prob, prior.mag) for prior in (prior_policy(cfg["init"]) for cfg in settings)]
     rng = np.random.default_rng(seed)
 
-    def null() -> Policy:
-        return null_lineage(start, explore, _hba_fractions, rng, population=cfg["population"], epochs=epochs,
-                            every=cfg["exploit_every"], explore_start=cfg["member_start"] == "explored", raw=True)
+    def null(cfg: dict, start: Policy) -> Policy:
+        return null_lineage(start, _hba_explore(cfg["resample_prob"], cfg["max_shift"]), _hba_fractions, rng,
+                            population=cfg["population"], epochs=cfg["search_epochs"], every=cfg["exploit_every"],
+                            explore_start=cfg["member_start"] == "explored", raw=True)
 
     def corr(a: np.ndarray, b: np.ndarray) -> float:
         # A preference vector with no spread (a schedule that never moved) agrees with nothing.
         return float(np.corrcoef(a, b)[0, 1]) if a.std() > 0 and b.std() > 0 else 0.0
 
-    pairs = [(null(), null()) for _ in range(replicates)]
+    pairs = [[null(cfg, start) for cfg, start in zip(settings, starts, strict=True)] for _ in range(replicates)]
     what = {"ops' probabilities (15)": slice(0, NUM_OPS), "magnitudes (12)": slice(NUM_OPS, None)}
+    if settings[0] == settings[1]:
+        described = [f"- Settings of both: {_settings_text(settings[0])}."]
+    else:
+        described = [f"- Settings of `{Path(f).name}`: {_settings_text(cfg)}." for f, cfg in zip(folders, settings, strict=True)]
     lines = [f"# Do `{folders[0]}` and `{folders[1]}` prefer the same ops? (`benchmarks/pbt_null.py --agree`)", "",
-             f"- Settings of both: {cfg['population']} members, {epochs} epochs, a round every "
-             f"{cfg['exploit_every']}, start `{cfg['init']}`, members' start `{cfg['member_start']}`, explore "
-             f"resample {cfg['resample_prob']}, max shift {cfg['max_shift']}.",
-             f"- Statistic: Pearson's r between the two schedules' preferences (per op, its mean over the epochs "
-             f"and both copies minus the start's, less the null searches' mean preference); null: {replicates} "
-             f"pairs of independent null searches of those settings, seed {seed}.",
+             *described,
+             "- Statistic: Pearson's r between the two schedules' preferences (per op, its mean over the epochs "
+             "and both copies minus the start's, less the mean preference of null searches of its settings); "
+             f"null: {replicates} pairs of independent null searches, one of each search's settings, seed {seed}.",
              f"- Command: `python benchmarks/pbt_null.py --agree {folders[0]} {folders[1]} --replicates {replicates} "
              f"--seed {seed}`",
              f"- Commit: {source_commit() or 'unknown'}; numpy only (no training); "
              f"date: {datetime.now(timezone.utc).isoformat(timespec='seconds')}", "",
              "| epochs | preference | r | null: mean [5%, 95%] | null at least as large |", "|---|---|---|---|---|"]
-    for part_name, part in parts.items():
-        nulls = np.array([[op_preference(*a, start, part), op_preference(*b, start, part)] for a, b in pairs])
-        drift = nulls.mean(axis=(0, 1))  # what the explore step alone prefers, from this start
-        nulls -= drift
-        searched = [op_preference(s.prob, s.mag, start, part) - drift for s in schedules]
+    for part_name, (lo, hi) in AGREEMENT_PARTS.items():
+        parts = [slice(int(lo * cfg["search_epochs"]), int(hi * cfg["search_epochs"])) for cfg in settings]
+        sides = [np.array([op_preference(*pair[i], start, part) for pair in pairs])
+                 for i, (start, part) in enumerate(zip(starts, parts, strict=True))]
+        # What each explore step alone prefers, from its start: one estimate per setting.
+        drifts = [side.mean(axis=0) for side in sides]
+        if settings[0] == settings[1]:
+            drifts = [np.mean(drifts, axis=0)] * 2
+        searched = [op_preference(schedule.prob, schedule.mag, start, part) - drift
+                    for schedule, start, part, drift in zip(schedules, starts, parts, drifts, strict=True)]
+        nulls = [side - drift for side, drift in zip(sides, drifts, strict=True)]
         for name, sel in what.items():
             r = corr(searched[0][sel], searched[1][sel])
-            null_r = np.array([corr(a[sel], b[sel]) for a, b in nulls])
+            null_r = np.array([corr(a[sel], b[sel]) for a, b in zip(*nulls, strict=True)])
             lines.append(f"| {part_name} | {name} | {r:+.3f} | {_band(null_r)} | {(null_r >= r).mean():.3f} |")
-    lines += ["", "Each search's preferences over all epochs (mean probability over both copies minus the start's; "
-              "magnitude fraction minus the start's, `-` for an op without a magnitude):", "",
+    lines += ["", "Each search's preferences over all epochs (mean probability over both copies minus its start's; "
+              "magnitude fraction minus its start's, `-` for an op without a magnitude):", "",
               "| op | " + " | ".join(f"p: {Path(f).name}" for f in folders) + " | "
               + " | ".join(f"magnitude: {Path(f).name}" for f in folders) + " |", "|---|---|---|---|---|"]
-    searched = [op_preference(s.prob, s.mag, start) for s in schedules]
+    searched = [op_preference(s.prob, s.mag, start) for s, start in zip(schedules, starts, strict=True)]
     for k, op in enumerate(OP_NAMES):
         mags = [f"{v[NUM_OPS + MAGNITUDE_OPS.index(k)]:+.3f}" if k in MAGNITUDE_OPS else "-" for v in searched]
         lines.append(f"| {op} | {searched[0][k]:+.3f} | {searched[1][k]:+.3f} | {mags[0]} | {mags[1]} |")
@@ -554,8 +569,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="instead of the report, test the population search in DIR (its schedule.json and "
                         "metrics.jsonl) against --replicates null searches of its own settings")
     mode.add_argument("--agree", nargs=2, metavar="DIR",
-                   help="instead of the report, test whether two population searches of the same settings (their "
-                        "schedule.json) prefer the same ops more than --replicates pairs of null searches do")
+                   help="instead of the report, test whether two population searches (their schedule.json) prefer "
+                        "the same ops more than --replicates pairs of null searches of their settings do")
     args = p.parse_args(argv)
     if args.replicates < 2:
         p.error(f"--replicates must be at least 2, got {args.replicates}")

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hba_augment.schedule import Schedule
 from hba_augment.search import pbt
 from hba_augment.search.priors import prior_policy
 
@@ -181,11 +182,25 @@ def test_a_search_agrees_with_itself_and_two_nulls_agree_by_chance(tmp_path):
     for seed in (3, 4):
         (tmp_path / f"{seed}").mkdir()
         pbt_null.null_schedule("paper", seed, population=4, epochs=40, every=2).save(tmp_path / f"{seed}" / "schedule.json")
-    same = _agreement_rows(pbt_null.agreement_report([tmp_path / "3", tmp_path / "3"], 200, 0))
+    copy = Schedule.load(tmp_path / "3" / "schedule.json")
+    (tmp_path / "copy").mkdir()
+    Schedule(copy.prob, copy.mag, name="copy", count_probs=copy.count_probs,
+             provenance=copy.provenance | {"seed": 5}).save(tmp_path / "copy" / "schedule.json")
+    same = _agreement_rows(pbt_null.agreement_report([tmp_path / "3", tmp_path / "copy"], 200, 0))
     assert len(same) == 4
     assert all(float(row[2]) == pytest.approx(1.0) and float(row[-1]) == 0.0 for row in same)
     two = _agreement_rows(pbt_null.agreement_report([tmp_path / "3", tmp_path / "4"], 200, 0))
     assert all(0.01 < float(row[-1]) < 0.99 for row in two), two
+
+
+def test_searches_of_one_seed_are_refused(tmp_path):
+    """The driver keys every explore draw by the seed alone, so two searches of one seed share their walks."""
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        pbt_null.null_schedule("paper", 7, population=4, epochs=40 if name == "a" else 60,
+                               every=2).save(tmp_path / name / "schedule.json")
+    with pytest.raises(ValueError, match="different seeds; both ran with seed 7"):
+        pbt_null.agreement_report([tmp_path / "a", tmp_path / "b"], 10, 0)
 
 
 def test_the_null_s_own_drift_is_taken_out_of_the_agreement():
@@ -203,12 +218,28 @@ def test_the_null_s_own_drift_is_taken_out_of_the_agreement():
     assert abs(np.mean(less_drift)) < 0.05
 
 
-def test_agreement_needs_two_searches_of_the_same_settings(tmp_path):
+def test_searches_of_other_settings_compare_against_nulls_of_their_own(tmp_path):
+    """A 40-epoch 4-member search against a 60-epoch 8-member one: each side's null is of its own settings,
+    so a null pair agrees by chance only (r centred on 0), and a schedule agrees with its own stretch."""
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    pbt_null.null_schedule("paper", 0, population=4, epochs=40, every=2).save(tmp_path / "a" / "schedule.json")
-    pbt_null.null_schedule("paper", 1, population=8, epochs=40, every=2).save(tmp_path / "b" / "schedule.json")
-    with pytest.raises(ValueError, match="population"):
-        pbt_null.agreement_report([tmp_path / "a", tmp_path / "b"], 10, 0)
+    (tmp_path / "c").mkdir()
+    short = pbt_null.null_schedule("paper", 0, population=4, epochs=40, every=2)
+    short.save(tmp_path / "a" / "schedule.json")
+    pbt_null.null_schedule("paper", 1, population=8, epochs=60, every=3).save(tmp_path / "b" / "schedule.json")
+    text = pbt_null.agreement_report([tmp_path / "a", tmp_path / "b"], 300, 0)
+    assert "Settings of `a`: 4 members, 40 epochs" in text and "Settings of `b`: 8 members, 60 epochs" in text
+    rows = _agreement_rows(text)
+    assert all(abs(float(row[3].split()[0])) < 0.05 for row in rows), rows  # the null's mean r
+    stretched = short.provenance | {"population": 8, "search_epochs": 80, "exploit_every": 4, "seed": 2}
+    type(short)(np.repeat(short.prob, 2, axis=0), np.repeat(short.mag, 2, axis=0), name="stretched",
+                count_probs=short.count_probs, provenance=stretched).save(tmp_path / "c" / "schedule.json")
+    rows = _agreement_rows(pbt_null.agreement_report([tmp_path / "a", tmp_path / "c"], 300, 0))
+    assert all(float(row[2]) > 0.8 and float(row[-1]) < 0.01 for row in rows), rows
+
+
+def test_agreement_takes_two_folders(tmp_path):
+    with pytest.raises(ValueError, match="two search folders, got 1"):
+        pbt_null.agreement_report([tmp_path], 10, 0)
     with pytest.raises(SystemExit):
-        pbt_null.main(["--agree", str(tmp_path / "a"), str(tmp_path / "b"), "--replicates", "10"])
+        pbt_null.main(["--agree", str(tmp_path)])
