@@ -48,7 +48,7 @@ import functools
 import json
 import platform
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -201,6 +201,65 @@ def null_schedule(init: str, seed: int, *, population: int, epochs: int, every: 
                                 "init": init, "seed": seed, "population": population, "search_epochs": epochs,
                                 "exploit_every": every, "member_start": member_start,
                                 "explore": {"resample_prob": resample_prob, "max_shift": max_shift},
+                                "note": "a comparison control for benchmarks; never shipped"})
+
+
+def replay(prov: dict, scores: Sequence[Sequence[float]]) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """The schedule a population search of ``prov``'s settings *and seed* writes when its members score
+    ``scores`` (one row per round): the driver's own steps and its own draws (:func:`~hba_augment.search.pbt.start_rng`,
+    :func:`~hba_augment.search.pbt.round_rng`). With the scores the search recorded, it writes the search's
+    schedule again (tested); with noise for scores, the search's *twin null*: the explore draws the search
+    made, without its signal.
+
+    Returns:
+        ``(prob, mag, lineage)``: per epoch, ``(epochs, 2, 15)`` each in this package's values, and the
+        final best member's lineage (one member per round).
+    """
+    cfg = _null_settings(prov)
+    seed, n = prov["seed"], cfg["population"]
+    quantile = prov.get("truncation_quantile", pbt.TRUNCATION_QUANTILE)
+    explore = functools.partial(pbt.explore, resample_prob=cfg["resample_prob"], max_shift=cfg["max_shift"])
+    prior = prior_policy(cfg["init"])
+    prob, mag = np.repeat(prior.prob[None], n, axis=0), np.repeat(prior.mag[None], n, axis=0)
+    if cfg["member_start"] == "explored":
+        for m in range(1, n):
+            prob[m], mag[m] = explore(prior.prob, prior.mag, pbt.start_rng(seed, m))
+    starts = pbt.round_starts(cfg["search_epochs"], cfg["exploit_every"])
+    if len(scores) != len(starts):
+        raise ValueError(f"a search of {cfg['search_epochs']} epochs, a round every {cfg['exploit_every']}, has "
+                         f"{len(starts)} rounds; got scores for {len(scores)}")
+    plans, parents, plan_parents = [], [], list(range(n))
+    for r, row in enumerate(scores):
+        plans.append((prob, mag))
+        parents.append(plan_parents)
+        if r + 1 == len(starts):
+            break
+        rng = pbt.round_rng(seed, r)
+        plan_parents, prob, mag = list(range(n)), prob.copy(), mag.copy()
+        for loser, donor in pbt.truncation_selection(row, rng, quantile):
+            plan_parents[loser] = donor
+            prob[loser], mag[loser] = explore(plans[r][0][donor], plans[r][1][donor], rng)
+    chain = pbt.lineage(parents, pbt.ranking(scores[-1])[0])
+    bounds = [*starts[1:], cfg["search_epochs"]]
+    rounds = [r for r, (a, b) in enumerate(zip(starts, bounds, strict=True)) for _ in range(a, b)]
+    return (np.stack([plans[r][0][chain[r]] for r in rounds]), np.stack([plans[r][1][chain[r]] for r in rounds]),
+            chain)
+
+
+def twin_null_schedule(folder: Path, seed: int) -> Schedule:
+    """The twin null of the population search in ``folder``: :func:`replay` of its settings and seed with
+    uniform noise (drawn from ``seed``) for every round's scores. It shares the search's explore draws, so
+    trained beside the search it is a paired control: what the search's selection added to its own walk."""
+    searched = Schedule.load(folder / "schedule.json")
+    prov = searched.provenance
+    cfg = _null_settings(prov)
+    rounds = len(pbt.round_starts(cfg["search_epochs"], cfg["exploit_every"]))
+    noise = np.random.default_rng(seed).random((rounds, cfg["population"]))
+    prob, mag, chain = replay(prov, noise)
+    return Schedule(prob, mag, name=f"twin-{folder.name}-{seed}", count_probs=searched.count_probs,
+                    provenance={"control": "the twin null of a population search: its own explore draws, noise for "
+                                "its scores (benchmarks/pbt_null.py)", "search": str(folder),
+                                "search_seed": prov["seed"], "seed": seed, "lineage": chain, **cfg,
                                 "note": "a comparison control for benchmarks; never shipped"})
 
 
@@ -559,6 +618,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="instead of the report, write --count null schedules (null-<init>-<seed>.json) of one "
                         "search setting (--init, --population, --epochs, --every) to DIR")
     p.add_argument("--count", type=int, default=3, help="null schedules to write (seeds --seed, --seed + 1, ...)")
+    p.add_argument("--twin-of", metavar="SEARCH",
+                   help="with --schedules: write twin nulls of the population search in the folder SEARCH instead "
+                        "(twin-<search>-<seed>.json): its settings and its own explore draws, noise for its scores")
     p.add_argument("--init", default="trivialaugment", help="the search's --init (default: trivialaugment)")
     p.add_argument("--population", type=int, default=4, help="the search's --population (default: 4)")
     p.add_argument("--epochs", type=int, default=100, help="the search's --epochs (default: 100)")
@@ -576,12 +638,17 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--replicates must be at least 2, got {args.replicates}")
     if args.count < 1:
         p.error(f"--count must be at least 1, got {args.count}")
+    if args.twin_of and not args.schedules:
+        p.error("--twin-of needs --schedules DIR (where to write the twin nulls)")
     if args.schedules:
         out = Path(args.schedules)
         out.mkdir(parents=True, exist_ok=True)
         for seed in range(args.seed, args.seed + args.count):
-            schedule = null_schedule(args.init, seed, population=args.population, epochs=args.epochs,
-                                     every=args.every, member_start=args.member_start)
+            if args.twin_of:
+                schedule = twin_null_schedule(Path(args.twin_of), seed)
+            else:
+                schedule = null_schedule(args.init, seed, population=args.population, epochs=args.epochs,
+                                         every=args.every, member_start=args.member_start)
             path = out / f"{schedule.name}.json"
             schedule.save(path)
             print(f"{path}: mean p {schedule.prob.mean():.3f}, "

@@ -243,3 +243,45 @@ def test_agreement_takes_two_folders(tmp_path):
         pbt_null.agreement_report([tmp_path], 10, 0)
     with pytest.raises(SystemExit):
         pbt_null.main(["--agree", str(tmp_path)])
+
+
+SEARCHES = REPO / "benchmarks" / "results"
+
+
+@pytest.mark.parametrize("folder", [
+    "proxy_population/searches/population-paper",  # scored on the weights, members at explored starts
+    "proxy_population/searches/population-paper-ema",  # scored on the weights' average
+    "proxy_population/searches/population-paper-same",  # --member-start same
+    "paper_scale_cifar10/searches/population-paper4-s1",  # 200 epochs, a round every 3, seed 1
+])
+def test_a_replay_with_the_recorded_scores_writes_the_search_s_schedule_again(folder):
+    """Real searches of this package, their committed schedules and scores: the replay must be the driver."""
+    import json
+
+    searched = Schedule.load(SEARCHES / folder / "schedule.json")
+    rounds = [json.loads(line) for line in (SEARCHES / folder / "metrics.jsonl").read_text().splitlines() if line]
+    prob, mag, chain = pbt_null.replay(searched.provenance, [r["val_acc"] for r in rounds])
+    assert chain == searched.provenance["lineage"]
+    # Schedule files keep 6 significant digits.
+    np.testing.assert_allclose(prob, searched.prob, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(mag, searched.mag, rtol=1e-5, atol=1e-6)
+
+
+def test_a_twin_null_shares_the_search_s_draws_and_not_its_selection(tmp_path):
+    folder = SEARCHES / "proxy_population/searches/population-paper"
+    searched = Schedule.load(folder / "schedule.json")
+    twins = [pbt_null.twin_null_schedule(folder, seed) for seed in (0, 1)]
+    assert [t.name for t in twins] == ["twin-population-paper-0", "twin-population-paper-1"]
+    assert all(t.provenance["search_seed"] == 0 and t.provenance["population"] == 4 for t in twins)
+    assert twins[0].provenance["lineage"] != twins[1].provenance["lineage"]  # noise picks other members
+    # Round 0 runs the search's own members: the start and its explored copies, drawn from the seed alone.
+    start = prior_policy("paper")
+    round0 = [start.prob] + [pbt.explore(start.prob, start.mag, pbt.start_rng(0, m))[0] for m in (1, 2, 3)]
+    for schedule in (searched, *twins):
+        np.testing.assert_allclose(schedule.prob[0], round0[schedule.provenance["lineage"][0]], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="has 50 rounds; got scores for 3"):
+        pbt_null.replay(searched.provenance, np.zeros((3, 4)))
+    assert pbt_null.main(["--schedules", str(tmp_path), "--twin-of", str(folder), "--count", "2"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["twin-population-paper-0.json", "twin-population-paper-1.json"]
+    with pytest.raises(SystemExit):
+        pbt_null.main(["--twin-of", str(folder)])

@@ -39,7 +39,9 @@ __all__ = [
     "lineage",
     "mag_fractions",
     "ranking",
+    "round_rng",
     "round_starts",
+    "start_rng",
     "truncation_selection",
 ]
 
@@ -68,6 +70,23 @@ _SHAPE = (NUM_COPIES, NUM_OPS)
 _MAG = list(MAGNITUDE_OPS)
 _LOW = np.array([OP_RANGES[k].low for k in _MAG], dtype=np.float64)
 _HIGH = np.array([OP_RANGES[k].high for k in _MAG], dtype=np.float64)
+
+
+# The driver's streams, keyed by the search's seed alone: a resumed search draws the same numbers, and a
+# replay of a finished search (benchmarks/pbt_null.py) can draw them again. Changing them changes every
+# searched schedule of a seed.
+_START_STREAM, _ROUND_STREAM = 1, 2
+
+
+def start_rng(seed: int, member: int) -> np.random.Generator:
+    """The draws of ``member``'s explored starting policy in a population search of ``seed``."""
+    return np.random.default_rng([seed, _START_STREAM, member])
+
+
+def round_rng(seed: int, r: int) -> np.random.Generator:
+    """The draws of round ``r``'s exploit in a population search of ``seed``: each loser's donor
+    (:func:`truncation_selection`), then its explored policy (:func:`explore`), in that order."""
+    return np.random.default_rng([seed, _ROUND_STREAM, r])
 
 
 def default_exploit_every(epochs: int) -> int:

@@ -81,8 +81,6 @@ _CHECKPOINT_VERSION = 1
 _RESUME_FREE = frozenset({"data_dir", "name", "device", "compile", "population_procs", "cuda_graphs"})
 # Fields added after checkpoints were first written, with the value such a checkpoint ran with.
 _ADDED_FIELDS = {"member_start": "explored", "score_ema": None}
-# Streams of the driver's draws (the members' use member_seed(seed, member, 0..2)).
-_INIT_STREAM, _SELECT_STREAM = 1, 2
 
 
 @dataclass
@@ -301,8 +299,7 @@ def _start(config: PopulationConfig) -> _History:
     prob, mag = np.repeat(prior.prob[None], n, axis=0), np.repeat(prior.mag[None], n, axis=0)
     if config.member_start == "explored":
         for m in range(1, n):
-            rng = np.random.default_rng([seed, _INIT_STREAM, m])
-            prob[m], mag[m] = pbt.explore(prior.prob, prior.mag, rng, resample_prob=config.resample_prob,
+            prob[m], mag[m] = pbt.explore(prior.prob, prior.mag, pbt.start_rng(seed, m), resample_prob=config.resample_prob,
                                           max_shift=config.max_shift)
     return _History(plan_parents=list(range(n)), plan_prob=prob, plan_mag=mag)
 
@@ -333,7 +330,7 @@ def _tasks(out: Path, history: _History, r: int, epochs: int, resumed: bool) -> 
 
 def _exploit(config: PopulationConfig, history: _History, scores: list[float], r: int) -> list[tuple[int, int]]:
     """Truncation selection on ``scores`` and the next round's plan (copies with explored policies)."""
-    rng = np.random.default_rng([config.search.seed, _SELECT_STREAM, r])
+    rng = pbt.round_rng(config.search.seed, r)
     copies = pbt.truncation_selection(scores, rng, config.quantile)
     prob, mag = history.plan_prob.copy(), history.plan_mag.copy()
     parents = list(range(config.population))
