@@ -204,6 +204,17 @@ def null_schedule(init: str, seed: int, *, population: int, epochs: int, every: 
                                 "note": "a comparison control for benchmarks; never shipped"})
 
 
+def _null_settings(prov: dict) -> dict:
+    """The provenance fields a null search depends on (not the score, not the seed)."""
+    explore = prov.get("explore", {})
+    return {"init": prov["init"], "population": prov["population"], "search_epochs": prov["search_epochs"],
+            "exploit_every": prov["exploit_every"],
+            # Searches from before --member-start existed ran with "explored" and do not record it.
+            "member_start": prov.get("member_start", "explored"),
+            "resample_prob": explore.get("resample_prob", pbt.EXPLORE_RESAMPLE_PROB),
+            "max_shift": explore.get("max_shift", pbt.EXPLORE_MAX_SHIFT)}
+
+
 def replay(prov: dict, scores: Sequence[Sequence[float]]) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """The schedule a population search of ``prov``'s settings *and seed* writes when its members score
     ``scores`` (one row per round): the driver's own steps and its own draws (:func:`~hba_augment.search.pbt.start_rng`,
@@ -456,12 +467,9 @@ def searched_report(folder: Path, replicates: int, seed: int) -> str:
     prov = schedule.provenance
     prior = prior_policy(prov["init"])
     start = (prior.prob, prior.mag)
-    explore_cfg = prov.get("explore", {})
-    resample_prob = explore_cfg.get("resample_prob", pbt.EXPLORE_RESAMPLE_PROB)
-    max_shift = explore_cfg.get("max_shift", pbt.EXPLORE_MAX_SHIFT)
+    cfg = _null_settings(prov)
+    resample_prob, max_shift, member_start = cfg["resample_prob"], cfg["max_shift"], cfg["member_start"]
     explore = _hba_explore(resample_prob, max_shift)
-    # Searches from before --member-start existed ran with "explored" and do not record it.
-    member_start = prov.get("member_start", "explored")
     observed = op_mix(schedule.prob, schedule.mag, start)
     rng = np.random.default_rng(seed)
     nulls = [op_mix(*null_lineage(start, explore, _hba_fractions, rng, population=prov["population"],
@@ -516,17 +524,6 @@ def op_preference(prob: np.ndarray, mag: np.ndarray, start: Policy, part: slice 
 AGREEMENT_PARTS = {"all epochs": (0.0, 1.0), "second half": (0.5, 1.0)}
 
 
-def _null_settings(prov: dict) -> dict:
-    """The provenance fields a null search depends on (not the score, not the seed)."""
-    explore = prov.get("explore", {})
-    return {"init": prov["init"], "population": prov["population"], "search_epochs": prov["search_epochs"],
-            "exploit_every": prov["exploit_every"],
-            # Searches from before --member-start existed ran with "explored" and do not record it.
-            "member_start": prov.get("member_start", "explored"),
-            "resample_prob": explore.get("resample_prob", pbt.EXPLORE_RESAMPLE_PROB),
-            "max_shift": explore.get("max_shift", pbt.EXPLORE_MAX_SHIFT)}
-
-
 def _settings_text(cfg: dict) -> str:
     return (f"{cfg['population']} members, {cfg['search_epochs']} epochs, a round every {cfg['exploit_every']}, "
             f"start `{cfg['init']}`, members' start `{cfg['member_start']}`, explore resample "
@@ -571,7 +568,8 @@ def agreement_report(folders: list[Path], replicates: int, seed: int) -> str:
     if settings[0] == settings[1]:
         described = [f"- Settings of both: {_settings_text(settings[0])}."]
     else:
-        described = [f"- Settings of `{Path(f).name}`: {_settings_text(cfg)}." for f, cfg in zip(folders, settings, strict=True)]
+        described = [f"- Settings of `{Path(f).name}`: {_settings_text(cfg)}."
+                     for f, cfg in zip(folders, settings, strict=True)]
     lines = [f"# Do `{folders[0]}` and `{folders[1]}` prefer the same ops? (`benchmarks/pbt_null.py --agree`)", "",
              *described,
              "- Statistic: Pearson's r between the two schedules' preferences (per op, its mean over the epochs "

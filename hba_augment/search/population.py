@@ -299,8 +299,8 @@ def _start(config: PopulationConfig) -> _History:
     prob, mag = np.repeat(prior.prob[None], n, axis=0), np.repeat(prior.mag[None], n, axis=0)
     if config.member_start == "explored":
         for m in range(1, n):
-            prob[m], mag[m] = pbt.explore(prior.prob, prior.mag, pbt.start_rng(seed, m), resample_prob=config.resample_prob,
-                                          max_shift=config.max_shift)
+            prob[m], mag[m] = pbt.explore(prior.prob, prior.mag, pbt.start_rng(seed, m),
+                                          resample_prob=config.resample_prob, max_shift=config.max_shift)
     return _History(plan_parents=list(range(n)), plan_prob=prob, plan_mag=mag)
 
 
