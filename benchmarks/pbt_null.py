@@ -270,7 +270,8 @@ def twin_null_schedule(folder: Path, seed: int) -> Schedule:
     return Schedule(prob, mag, name=f"twin-{folder.name}-{seed}", count_probs=searched.count_probs,
                     provenance={"control": "the twin null of a population search: its own explore draws, noise for "
                                 "its scores (benchmarks/pbt_null.py)", "search": str(folder),
-                                "search_seed": prov["seed"], "seed": seed, "lineage": chain, **cfg,
+                                # "seed" is whose draws it makes (the search's), as in a search's provenance.
+                                "seed": prov["seed"], "noise_seed": seed, "lineage": chain, **cfg,
                                 "note": "a comparison control for benchmarks; never shipped"})
 
 
@@ -459,6 +460,25 @@ def copy_noise(rounds: list[dict], parts: int = 4) -> list[dict[str, float]]:
     return out
 
 
+def amounts(prob: np.ndarray, mag: np.ndarray) -> dict[str, float]:
+    """How much a per-epoch schedule (``(epochs, 2, 15)`` each, this package's values) augments: its mean
+    probability (all epochs, second half), mean magnitude fraction, and the epoch its mean probability first
+    reaches :data:`RAMP_LEVEL`."""
+    per_epoch = np.asarray(prob).mean(axis=(1, 2))
+    return {"mean p, all epochs": float(per_epoch.mean()),
+            "mean p, second half": float(per_epoch[len(per_epoch) // 2:].mean()),
+            "mean magnitude fraction, all epochs": float(pbt.mag_fractions(mag).mean()),
+            f"first epoch with mean p >= {RAMP_LEVEL}": float(ramp_epoch(per_epoch))}
+
+
+def twin_amounts(prov: dict, replicates: int, seed: int) -> list[dict[str, float]]:
+    """:func:`amounts` of ``replicates`` twin nulls of a search (:func:`replay` with noise drawn from ``seed``)."""
+    cfg = _null_settings(prov)
+    rounds = len(pbt.round_starts(cfg["search_epochs"], cfg["exploit_every"]))
+    rng = np.random.default_rng(seed)
+    return [amounts(*replay(prov, rng.random((rounds, cfg["population"])))[:2]) for _ in range(replicates)]
+
+
 def searched_report(folder: Path, replicates: int, seed: int) -> str:
     """A population search's schedule (``folder/schedule.json``) and rounds (``folder/metrics.jsonl``)
     against ``replicates`` null searches of its own settings: is what it wrote more than its explore step's
@@ -491,6 +511,17 @@ def searched_report(folder: Path, replicates: int, seed: int) -> str:
     for name, value in observed.items():
         null = np.array([n[name] for n in nulls])
         lines.append(f"| {name} | {value:.3f} | {_band(null)} | {(null >= value).mean():.3f} |")
+    # A search's draws are its seed's (a twin's too); an independent null's "seed" seeds its own stream.
+    if prov.get("objective") == "population" or "noise_seed" in prov:
+        twins = twin_amounts(prov, replicates, seed)
+        lines += ["", f"How much it augments, against {replicates} twin nulls: replays of this search with its own "
+                  "explore draws (its seed) and noise for its scores, so that only the selection differs. Where "
+                  "the search sits in the twins' spread is what its selection chose beyond its draws "
+                  "(mean [5%, 95%]; the fraction of twins below it):", "",
+                  "| statistic | searched | twins | twins below |", "|---|---|---|---|"]
+        for name, value in amounts(schedule.prob, schedule.mag).items():
+            twin = np.array([t[name] for t in twins])
+            lines.append(f"| {name} | {value:.3f} | {_band(twin)} | {(twin < value).mean():.3f} |")
     metrics = folder / "metrics.jsonl"
     if metrics.exists():
         rounds = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip()]

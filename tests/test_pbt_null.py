@@ -272,7 +272,8 @@ def test_a_twin_null_shares_the_search_s_draws_and_not_its_selection(tmp_path):
     searched = Schedule.load(folder / "schedule.json")
     twins = [pbt_null.twin_null_schedule(folder, seed) for seed in (0, 1)]
     assert [t.name for t in twins] == ["twin-population-paper-0", "twin-population-paper-1"]
-    assert all(t.provenance["search_seed"] == 0 and t.provenance["population"] == 4 for t in twins)
+    assert all(t.provenance["seed"] == 0 and t.provenance["population"] == 4 for t in twins)
+    assert [t.provenance["noise_seed"] for t in twins] == [0, 1]
     assert twins[0].provenance["lineage"] != twins[1].provenance["lineage"]  # noise picks other members
     # Round 0 runs the search's own members: the start and its explored copies, drawn from the seed alone.
     start = prior_policy("paper")
@@ -285,3 +286,19 @@ def test_a_twin_null_shares_the_search_s_draws_and_not_its_selection(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["twin-population-paper-0.json", "twin-population-paper-1.json"]
     with pytest.raises(SystemExit):
         pbt_null.main(["--twin-of", str(folder)])
+
+
+def test_a_twin_null_sits_inside_its_own_twins_and_the_report_places_the_search(tmp_path):
+    """A twin null, reported as a search, is a draw from the twins' distribution: not extreme. The report
+    of a real search carries the twin table."""
+    folder = SEARCHES / "proxy_population/searches/population-paper"
+    twin = pbt_null.twin_null_schedule(folder, 3)
+    (tmp_path / "twin").mkdir()
+    twin.save(tmp_path / "twin" / "schedule.json")
+    text = pbt_null.searched_report(tmp_path / "twin", 300, 0)
+    rows = [line.strip("| ").split(" | ") for line in text.splitlines()
+            if line.startswith("| mean p,") or line.startswith("| mean magnitude fraction, all")]
+    assert len(rows) == 3
+    assert all(0.01 < float(row[-1]) < 0.99 for row in rows), rows
+    real = pbt_null.searched_report(folder, 50, 0)
+    assert "twin nulls" in real and "| first epoch with mean p >= 0.25 | 54.000 |" in real
