@@ -217,8 +217,8 @@ def _null_settings(prov: dict) -> dict:
 
 def replay(prov: dict, scores: Sequence[Sequence[float]]) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """The schedule a population search of ``prov``'s settings *and seed* writes when its members score
-    ``scores`` (one row per round): the driver's own steps and its own draws (:func:`~hba_augment.search.pbt.start_rng`,
-    :func:`~hba_augment.search.pbt.round_rng`). With the scores the search recorded, it writes the search's
+    ``scores`` (one row per round): the driver's own steps with its own draws (:func:`~hba_augment.search.pbt.start_policies`,
+    :func:`~hba_augment.search.pbt.exploit`, :func:`~hba_augment.search.pbt.lineage_policies`). With the scores the search recorded, it writes the search's
     schedule again (tested); with noise for scores, the search's *twin null*: the explore draws the search
     made, without its signal.
 
@@ -228,33 +228,24 @@ def replay(prov: dict, scores: Sequence[Sequence[float]]) -> tuple[np.ndarray, n
     """
     cfg = _null_settings(prov)
     seed, n = prov["seed"], cfg["population"]
-    quantile = prov.get("truncation_quantile", pbt.TRUNCATION_QUANTILE)
-    explore = functools.partial(pbt.explore, resample_prob=cfg["resample_prob"], max_shift=cfg["max_shift"])
+    steps = {"resample_prob": cfg["resample_prob"], "max_shift": cfg["max_shift"]}
     prior = prior_policy(cfg["init"])
-    prob, mag = np.repeat(prior.prob[None], n, axis=0), np.repeat(prior.mag[None], n, axis=0)
-    if cfg["member_start"] == "explored":
-        for m in range(1, n):
-            prob[m], mag[m] = explore(prior.prob, prior.mag, pbt.start_rng(seed, m))
+    prob, mag = pbt.start_policies(prior.prob, prior.mag, n, seed, member_start=cfg["member_start"], **steps)
     starts = pbt.round_starts(cfg["search_epochs"], cfg["exploit_every"])
     if len(scores) != len(starts):
         raise ValueError(f"a search of {cfg['search_epochs']} epochs, a round every {cfg['exploit_every']}, has "
                          f"{len(starts)} rounds; got scores for {len(scores)}")
-    plans, parents, plan_parents = [], [], list(range(n))
+    probs, mags, parents, plan_parents = [], [], [], list(range(n))
     for r, row in enumerate(scores):
-        plans.append((prob, mag))
+        probs.append(prob)
+        mags.append(mag)
         parents.append(plan_parents)
-        if r + 1 == len(starts):
-            break
-        rng = pbt.round_rng(seed, r)
-        plan_parents, prob, mag = list(range(n)), prob.copy(), mag.copy()
-        for loser, donor in pbt.truncation_selection(row, rng, quantile):
-            plan_parents[loser] = donor
-            prob[loser], mag[loser] = explore(plans[r][0][donor], plans[r][1][donor], rng)
+        if r + 1 < len(starts):  # the driver does not exploit after its last round
+            plan_parents, prob, mag, _ = pbt.exploit(prob, mag, row, seed, r,
+                                                     quantile=prov.get("truncation_quantile", pbt.TRUNCATION_QUANTILE),
+                                                     **steps)
     chain = pbt.lineage(parents, pbt.ranking(scores[-1])[0])
-    bounds = [*starts[1:], cfg["search_epochs"]]
-    rounds = [r for r, (a, b) in enumerate(zip(starts, bounds, strict=True)) for _ in range(a, b)]
-    return (np.stack([plans[r][0][chain[r]] for r in rounds]), np.stack([plans[r][1][chain[r]] for r in rounds]),
-            chain)
+    return (*pbt.lineage_policies(probs, mags, chain, starts, cfg["search_epochs"]), chain)
 
 
 def twin_null_schedule(folder: Path, seed: int) -> Schedule:

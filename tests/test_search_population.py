@@ -514,3 +514,28 @@ def test_on_cuda_members_capture_replay_and_recapture_after_an_exploit(fake_data
     assert all(len(m["copies"]) == 1 for m in graphs.metrics[:-1])
     for a, b in zip(eager.metrics, graphs.metrics, strict=True):
         np.testing.assert_allclose(a["train_loss"], b["train_loss"], rtol=0.05)
+
+
+def test_exploit_copies_each_loser_from_a_donor_with_an_explored_policy_and_leaves_its_inputs():
+    start = prior_policy("trivialaugment")
+    prob, mag = pbt.start_policies(start.prob, start.mag, 4, 3)
+    assert np.array_equal(prob[0], start.prob) and not np.array_equal(prob[1], start.prob)
+    before = prob.copy(), mag.copy()
+    parents, new_prob, new_mag, copies = pbt.exploit(prob, mag, [0.9, 0.1, 0.5, 0.6], 3, 7)
+    assert copies == [(1, 0)] and parents == [0, 0, 2, 3]  # the worst copies the best (4 members: q = 1)
+    assert np.array_equal(prob, before[0]) and np.array_equal(mag, before[1], equal_nan=True)
+    assert np.array_equal(new_prob[[0, 2, 3]], prob[[0, 2, 3]])
+    expected = pbt.explore(prob[0], mag[0], _after_selection(3, 7))
+    np.testing.assert_array_equal(new_prob[1], expected[0])
+    np.testing.assert_array_equal(new_mag[1], expected[1])
+    same, _ = pbt.start_policies(start.prob, start.mag, 4, 3, member_start="same")
+    assert all(np.array_equal(p, start.prob) for p in same)
+    chain_prob, _ = pbt.lineage_policies([prob, new_prob], [mag, new_mag], [0, 1], [0, 2], 5)
+    assert np.array_equal(chain_prob[:2], [prob[0]] * 2) and np.array_equal(chain_prob[2:], [new_prob[1]] * 3)
+
+
+def _after_selection(seed: int, r: int) -> np.random.Generator:
+    """Round ``r``'s stream after truncation selection of 4 members has drawn its one donor."""
+    rng = pbt.round_rng(seed, r)
+    rng.integers(1)
+    return rng

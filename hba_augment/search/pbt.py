@@ -35,12 +35,15 @@ __all__ = [
     "TRUNCATION_QUANTILE",
     "check_settings",
     "default_exploit_every",
+    "exploit",
     "explore",
     "lineage",
+    "lineage_policies",
     "mag_fractions",
     "ranking",
     "round_rng",
     "round_starts",
+    "start_policies",
     "start_rng",
     "truncation_selection",
 ]
@@ -263,3 +266,48 @@ def lineage(parents: Sequence[Sequence[int]], best: int) -> list[int]:
     for r in range(len(parents) - 1, 0, -1):
         chain.append(int(parents[r][chain[-1]]))
     return chain[::-1]
+
+
+def start_policies(prob: np.ndarray, mag: np.ndarray, population: int, seed: int, *,
+                   member_start: str = DEFAULT_MEMBER_START, resample_prob: float = EXPLORE_RESAMPLE_PROB,
+                   max_shift: int = EXPLORE_MAX_SHIFT) -> tuple[np.ndarray, np.ndarray]:
+    """Round 0's policies, ``(population, 2, 15)`` each: member 0 at the start ``(prob, mag)``, the others at
+    explored copies of it drawn from :func:`start_rng` (``member_start="explored"``) or at it (``"same"``)."""
+    check_settings(member_start=member_start)
+    probs, mags = np.repeat(prob[None], population, axis=0), np.repeat(mag[None], population, axis=0)
+    if member_start == "explored":
+        for m in range(1, population):
+            probs[m], mags[m] = explore(prob, mag, start_rng(seed, m), resample_prob=resample_prob,
+                                        max_shift=max_shift)
+    return probs, mags
+
+
+def exploit(prob: np.ndarray, mag: np.ndarray, scores: Sequence[float], seed: int, r: int, *,
+            quantile: float = TRUNCATION_QUANTILE, resample_prob: float = EXPLORE_RESAMPLE_PROB,
+            max_shift: int = EXPLORE_MAX_SHIFT) -> tuple[list[int], np.ndarray, np.ndarray, list[tuple[int, int]]]:
+    """Round ``r``'s exploit on the members' policies ``(N, 2, 15)`` and ``scores``: truncation selection, and
+    each loser starts the next round from its donor's weights with an explored copy of its donor's policy,
+    every draw from :func:`round_rng`. The inputs are not modified.
+
+    Returns:
+        ``(parents, prob, mag, copies)``: whose weights each member starts the next round with, the next
+        round's policies, and the ``(loser, donor)`` pairs.
+    """
+    rng = round_rng(seed, r)
+    copies = truncation_selection(scores, rng, quantile)
+    parents, new_prob, new_mag = list(range(len(scores))), prob.copy(), mag.copy()
+    for loser, donor in copies:
+        parents[loser] = donor
+        new_prob[loser], new_mag[loser] = explore(prob[donor], mag[donor], rng, resample_prob=resample_prob,
+                                                  max_shift=max_shift)
+    return parents, new_prob, new_mag, copies
+
+
+def lineage_policies(prob: Sequence[np.ndarray], mag: Sequence[np.ndarray], chain: Sequence[int],
+                     starts: Sequence[int], epochs: int) -> tuple[np.ndarray, np.ndarray]:
+    """The policy of every epoch along a lineage: round ``r``'s policies ``prob[r]``, ``mag[r]`` (``(N, 2, 15)``
+    each), ``chain`` from :func:`lineage`, the rounds' first epochs ``starts`` (:func:`round_starts`).
+    Returns ``(prob, mag)``, ``(epochs, 2, 15)`` each: what the searched schedule holds."""
+    bounds = [*starts[1:], epochs]
+    rounds = [r for r, (a, b) in enumerate(zip(starts, bounds, strict=True)) for _ in range(a, b)]
+    return np.stack([prob[r][chain[r]] for r in rounds]), np.stack([mag[r][chain[r]] for r in rounds])

@@ -294,14 +294,11 @@ class _Pool:
 def _start(config: PopulationConfig) -> _History:
     """Round 0's plan: member 0 at the start policy, the others at explored copies of it or at the start
     itself (``config.member_start``)."""
-    n, seed = config.population, config.search.seed
     prior = prior_policy(config.search.init)
-    prob, mag = np.repeat(prior.prob[None], n, axis=0), np.repeat(prior.mag[None], n, axis=0)
-    if config.member_start == "explored":
-        for m in range(1, n):
-            prob[m], mag[m] = pbt.explore(prior.prob, prior.mag, pbt.start_rng(seed, m),
-                                          resample_prob=config.resample_prob, max_shift=config.max_shift)
-    return _History(plan_parents=list(range(n)), plan_prob=prob, plan_mag=mag)
+    prob, mag = pbt.start_policies(prior.prob, prior.mag, config.population, config.search.seed,
+                                   member_start=config.member_start, resample_prob=config.resample_prob,
+                                   max_shift=config.max_shift)
+    return _History(plan_parents=list(range(config.population)), plan_prob=prob, plan_mag=mag)
 
 
 def _round_dir(out: Path, r: int) -> Path:
@@ -330,15 +327,9 @@ def _tasks(out: Path, history: _History, r: int, epochs: int, resumed: bool) -> 
 
 def _exploit(config: PopulationConfig, history: _History, scores: list[float], r: int) -> list[tuple[int, int]]:
     """Truncation selection on ``scores`` and the next round's plan (copies with explored policies)."""
-    rng = pbt.round_rng(config.search.seed, r)
-    copies = pbt.truncation_selection(scores, rng, config.quantile)
-    prob, mag = history.plan_prob.copy(), history.plan_mag.copy()
-    parents = list(range(config.population))
-    for loser, donor in copies:
-        parents[loser] = donor
-        prob[loser], mag[loser] = pbt.explore(history.plan_prob[donor], history.plan_mag[donor], rng,
-                                              resample_prob=config.resample_prob, max_shift=config.max_shift)
-    history.plan_parents, history.plan_prob, history.plan_mag = parents, prob, mag
+    history.plan_parents, history.plan_prob, history.plan_mag, copies = pbt.exploit(
+        history.plan_prob, history.plan_mag, scores, config.search.seed, r, quantile=config.quantile,
+        resample_prob=config.resample_prob, max_shift=config.max_shift)
     return copies
 
 
@@ -375,11 +366,7 @@ def _schedule(config: PopulationConfig, history: _History, starts: list[int], pr
     final = history.val_acc[-1]
     best = pbt.ranking(final)[0]
     chain = pbt.lineage(history.parents, best)
-    epochs = config.search.epochs
-    bounds = [*starts[1:], epochs]
-    rounds = [r for r, (a, b) in enumerate(zip(starts, bounds, strict=True)) for _ in range(a, b)]
-    prob = np.stack([history.prob[r][chain[r]] for r in rounds])
-    mag = np.stack([history.mag[r][chain[r]] for r in rounds])
+    prob, mag = pbt.lineage_policies(history.prob, history.mag, chain, starts, config.search.epochs)
     provenance = {**provenance, "best_member": best, "final_val_acc": final[best], "final_val_accs": final,
                   "lineage": chain}
     provenance = finite_provenance(provenance)
