@@ -119,9 +119,16 @@ def _hba_fractions(prob: np.ndarray, mag: np.ndarray) -> Policy:
     return prob, pbt.mag_fractions(mag)
 
 
-def _hba_explore(resample_prob: float, max_shift: int) -> Explore:
-    """This package's explore step (:func:`hba_augment.search.pbt.explore`) with a search's settings."""
-    return functools.partial(pbt.explore, resample_prob=resample_prob, max_shift=max_shift)
+def _hba_explore(resample_prob: float, max_shift: int, hold: tuple[float, float] | None = None) -> Explore:
+    """This package's explore step (:func:`hba_augment.search.pbt.explore`) with a search's settings (``hold``:
+    the amount a ``--amount held`` search shifts every explored policy back to)."""
+    return functools.partial(pbt.explore, resample_prob=resample_prob, max_shift=max_shift, hold=hold)
+
+
+def _explore_of(cfg: dict) -> Explore:
+    """The explore step of a search of the settings ``cfg`` (:func:`_null_settings`)."""
+    prior = prior_policy(cfg["init"])
+    return _hba_explore(cfg["resample_prob"], cfg["max_shift"], pbt.amount_target(cfg["amount"], prior.prob, prior.mag))
 
 
 def null_lineage(start: Policy, explore: Explore, fractions: Callable[[np.ndarray, np.ndarray], Policy],
@@ -173,7 +180,7 @@ def null_lineage(start: Policy, explore: Explore, fractions: Callable[[np.ndarra
 def null_schedule(init: str, seed: int, *, population: int, epochs: int, every: int,
                   resample_prob: float = pbt.EXPLORE_RESAMPLE_PROB, max_shift: int = pbt.EXPLORE_MAX_SHIFT,
                   count_probs: tuple[float, ...] | None = None,
-                  member_start: str = pbt.DEFAULT_MEMBER_START) -> Schedule:
+                  member_start: str = pbt.DEFAULT_MEMBER_START, amount: str = "free") -> Schedule:
     """The schedule a population search of this package writes when its scores carry no signal.
 
     The same start (``init``; members 1.. at explored copies of it, or at it, as ``member_start`` says),
@@ -188,18 +195,19 @@ def null_schedule(init: str, seed: int, *, population: int, epochs: int, every: 
         resample_prob, max_shift: its explore step's settings.
         count_probs: its ``count_probs`` if it overrode the prior's (``None``: the prior's).
         member_start: its ``--member-start``, one of :data:`~hba_augment.search.pbt.MEMBER_STARTS`.
+        amount: its ``--amount``, one of :data:`~hba_augment.search.pbt.AMOUNTS`.
     """
-    pbt.check_settings(member_start=member_start)
+    pbt.check_settings(member_start=member_start, amount=amount)
     prior = prior_policy(init)
     rng = np.random.default_rng(seed)
-    explore = _hba_explore(resample_prob, max_shift)
+    explore = _hba_explore(resample_prob, max_shift, pbt.amount_target(amount, prior.prob, prior.mag))
     prob, mag = null_lineage((prior.prob, prior.mag), explore, _hba_fractions, rng, population=population,
                              epochs=epochs, every=every, explore_start=member_start == "explored", raw=True)
     counts = prior.count_probs if count_probs is None else tuple(count_probs)
     return Schedule(prob, mag, name=f"null-{init.replace(':', '-')}-{seed}", count_probs=counts,
                     provenance={"control": "a population search whose scores are noise (benchmarks/pbt_null.py)",
                                 "init": init, "seed": seed, "population": population, "search_epochs": epochs,
-                                "exploit_every": every, "member_start": member_start,
+                                "exploit_every": every, "member_start": member_start, "amount": amount,
                                 "explore": {"resample_prob": resample_prob, "max_shift": max_shift},
                                 "note": "a comparison control for benchmarks; never shipped"})
 
@@ -211,6 +219,8 @@ def _null_settings(prov: dict) -> dict:
             "exploit_every": prov["exploit_every"],
             # Searches from before --member-start existed ran with "explored" and do not record it.
             "member_start": prov.get("member_start", "explored"),
+            # and before --amount, with "free".
+            "amount": prov.get("amount", "free"),
             "resample_prob": explore.get("resample_prob", pbt.EXPLORE_RESAMPLE_PROB),
             "max_shift": explore.get("max_shift", pbt.EXPLORE_MAX_SHIFT)}
 
@@ -228,8 +238,9 @@ def replay(prov: dict, scores: Sequence[Sequence[float]]) -> tuple[np.ndarray, n
     """
     cfg = _null_settings(prov)
     seed, n = prov["seed"], cfg["population"]
-    steps = {"resample_prob": cfg["resample_prob"], "max_shift": cfg["max_shift"]}
     prior = prior_policy(cfg["init"])
+    steps = {"resample_prob": cfg["resample_prob"], "max_shift": cfg["max_shift"],
+             "hold": pbt.amount_target(cfg["amount"], prior.prob, prior.mag)}
     prob, mag = pbt.start_policies(prior.prob, prior.mag, n, seed, member_start=cfg["member_start"], **steps)
     starts = pbt.round_starts(cfg["search_epochs"], cfg["exploit_every"])
     if len(scores) != len(starts):
@@ -480,7 +491,7 @@ def searched_report(folder: Path, replicates: int, seed: int) -> str:
     start = (prior.prob, prior.mag)
     cfg = _null_settings(prov)
     resample_prob, max_shift, member_start = cfg["resample_prob"], cfg["max_shift"], cfg["member_start"]
-    explore = _hba_explore(resample_prob, max_shift)
+    explore = _explore_of(cfg)
     observed = op_mix(schedule.prob, schedule.mag, start)
     rng = np.random.default_rng(seed)
     nulls = [op_mix(*null_lineage(start, explore, _hba_fractions, rng, population=prov["population"],
@@ -491,7 +502,7 @@ def searched_report(folder: Path, replicates: int, seed: int) -> str:
              "",
              f"- Null: {replicates} searches of its settings ({prov['population']} members, {prov['search_epochs']} "
              f"epochs, a round every {prov['exploit_every']}, start `{prov['init']}`, members' start "
-             f"`{member_start}`, explore resample "
+             f"`{member_start}`, amount `{cfg['amount']}`, explore resample "
              f"{resample_prob}, max shift {max_shift}) whose scores are noise; seed {seed}.",
              f"- Command: `python benchmarks/pbt_null.py --searched {folder} --replicates {replicates} --seed {seed}`",
              f"- Commit: {source_commit() or 'unknown'}; numpy only (no training); "
@@ -548,8 +559,8 @@ AGREEMENT_PARTS = {"all epochs": (0.0, 1.0), "second half": (0.5, 1.0)}
 
 def _settings_text(cfg: dict) -> str:
     return (f"{cfg['population']} members, {cfg['search_epochs']} epochs, a round every {cfg['exploit_every']}, "
-            f"start `{cfg['init']}`, members' start `{cfg['member_start']}`, explore resample "
-            f"{cfg['resample_prob']}, max shift {cfg['max_shift']}")
+            f"start `{cfg['init']}`, members' start `{cfg['member_start']}`, amount `{cfg['amount']}`, explore "
+            f"resample {cfg['resample_prob']}, max shift {cfg['max_shift']}")
 
 
 def agreement_report(folders: list[Path], replicates: int, seed: int) -> str:
@@ -577,7 +588,7 @@ def agreement_report(folders: list[Path], replicates: int, seed: int) -> str:
     rng = np.random.default_rng(seed)
 
     def null(cfg: dict, start: Policy) -> Policy:
-        return null_lineage(start, _hba_explore(cfg["resample_prob"], cfg["max_shift"]), _hba_fractions, rng,
+        return null_lineage(start, _explore_of(cfg), _hba_fractions, rng,
                             population=cfg["population"], epochs=cfg["search_epochs"], every=cfg["exploit_every"],
                             explore_start=cfg["member_start"] == "explored", raw=True)
 
@@ -647,6 +658,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--every", type=int, default=2, help="epochs per round (default: 2, the 100-epoch search's)")
     p.add_argument("--member-start", choices=pbt.MEMBER_STARTS, default=pbt.DEFAULT_MEMBER_START,
                    help=f"the search's --member-start (default: {pbt.DEFAULT_MEMBER_START})")
+    p.add_argument("--amount", choices=pbt.AMOUNTS, default="free", help="the search's --amount (default: free)")
     mode.add_argument("--searched", metavar="DIR",
                    help="instead of the report, test the population search in DIR (its schedule.json and "
                         "metrics.jsonl) against --replicates null searches of its own settings")
@@ -668,7 +680,7 @@ def main(argv: list[str] | None = None) -> int:
                 schedule = twin_null_schedule(Path(args.twin_of), seed)
             else:
                 schedule = null_schedule(args.init, seed, population=args.population, epochs=args.epochs,
-                                         every=args.every, member_start=args.member_start)
+                                         every=args.every, member_start=args.member_start, amount=args.amount)
             path = out / f"{schedule.name}.json"
             schedule.save(path)
             print(f"{path}: mean p {schedule.prob.mean():.3f}, "

@@ -81,7 +81,8 @@ def _count_probs(text: str) -> tuple[float, ...]:
 _LAMBDA_OPTIONS = ("strategy", "hparam_lr", "sigma", "t_train", "t_val", "prior_decay", "hparam_accumulate",
                    "teacher_estimator", "teacher_weight", "teacher_decay", "val_bn", "hyper_input")
 # Options of the population search (default None: "not given"), which the other objectives refuse.
-_POPULATION_OPTIONS = ("population", "exploit_every", "member_start", "score_ema", "population_procs", "cuda_graphs")
+_POPULATION_OPTIONS = ("population", "exploit_every", "member_start", "score_ema", "amount", "population_procs",
+                       "cuda_graphs")
 
 
 def _flag(attr: str) -> str:
@@ -123,7 +124,7 @@ def population_config_from_args(args: argparse.Namespace, device: str,
     from hba_augment.search.population import PopulationConfig
 
     # Options not given keep the config's defaults (one home for each).
-    given = {k: getattr(args, k) for k in ("population", "member_start") if getattr(args, k) is not None}
+    given = {k: getattr(args, k) for k in ("population", "member_start", "amount") if getattr(args, k) is not None}
     return PopulationConfig(search=config_from_args(args, device) if search is None else search, **given,
                             exploit_every=args.exploit_every, score_ema=args.score_ema,
                             population_procs=args.population_procs,
@@ -148,6 +149,7 @@ def _preset_table() -> str:
 def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     """The argument parser of ``hba-augment search``."""
     from hba_augment.search.pbt import (  # numpy only: --help stays free of torch
+        AMOUNTS,
         DEFAULT_MEMBER_START,
         DEFAULT_POPULATION,
         MEMBER_STARTS,
@@ -264,6 +266,11 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
                    help="score each member on an exponential moving average of its weights, with this decay per "
                    "training step in (0, 1), e.g. 0.99, instead of on its weights, whose accuracy at a high "
                    "learning rate bounces by points from round to round (default: off, as PBA)")
+    g.add_argument("--amount", choices=AMOUNTS,
+                   help="'free' = selection may keep any amount of augmentation, as PBA; 'held' = every explored "
+                   "policy is shifted back to the --init policy's mean probability and mean magnitude fraction, so "
+                   "that selection, which after a short round favours less augmentation, chooses only the mix of "
+                   "ops and magnitudes (default: free)")
     g.add_argument("--population-procs", type=nonneg_int, metavar="P",
                    help="worker processes on the device, the members spread over them (default: one per member; "
                    "0: every member in this process, one after another)")

@@ -14,6 +14,14 @@ and each magnitude on 10; with probability 0.2 a value is resampled uniformly, o
 are handled as fractions ``f`` of their range (a probability is its own fraction): a resample draws ``f``
 uniformly from [0, 1], a shift adds ``k / 10`` with ``k`` uniform in {0, 1, 2, 3} and a random sign, and
 ``f`` is clipped to [0, 1]. A shift therefore moves a value by at most 30% of its range, as PBA's do.
+
+*Held amount* (``--amount held``, not PBA's): a policy's *amount* is its mean probability over the 30 slots
+and the mean fraction of their ranges of its 24 magnitudes (:func:`amount`). Selection that ranks members
+after one round favours less augmentation (measured: ``benchmarks/RESULTS.md``, "What the searches'
+selection chooses"), whatever trains the better network in the end. With the amount held, every explored
+policy is shifted back to the start's amount (:func:`hold_amount`), so that selection can choose the mix of
+ops and magnitudes but not how much augmentation there is. The shift draws nothing: a held search makes the
+same explore draws as a free one of its seed.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import numpy as np
 from hba_augment._space import MAGNITUDE_OPS, NUM_COPIES, NUM_OPS, OP_RANGES
 
 __all__ = [
+    "AMOUNTS",
     "DEFAULT_MEMBER_START",
     "DEFAULT_POPULATION",
     "EXPLORE_LEVELS",
@@ -33,10 +42,13 @@ __all__ = [
     "EXPLORE_RESAMPLE_PROB",
     "MEMBER_STARTS",
     "TRUNCATION_QUANTILE",
+    "amount",
+    "amount_target",
     "check_settings",
     "default_exploit_every",
     "exploit",
     "explore",
+    "hold_amount",
     "lineage",
     "lineage_policies",
     "mag_fractions",
@@ -64,6 +76,10 @@ DEFAULT_POPULATION = 8
 MEMBER_STARTS = ("explored", "same")
 #: The members' start when none is given: the one the measured searches ran with.
 DEFAULT_MEMBER_START = "explored"
+#: How the members' amount of augmentation may move (module docstring). ``"free"``: as PBA, explore moves
+#: every value and selection keeps whatever scores best; ``"held"``: every explored policy is shifted back to
+#: the start's amount, so that selection chooses the mix only.
+AMOUNTS = ("free", "held")
 #: PBT's truncation selection: the bottom quarter copies the top quarter.
 TRUNCATION_QUANTILE = 0.25
 # PBA perturbs every 3 epochs of a 200-epoch search.
@@ -126,6 +142,68 @@ def mag_fractions(mag: np.ndarray) -> np.ndarray:
     return (np.asarray(mag, dtype=np.float64)[..., _MAG] - _LOW) / (_HIGH - _LOW)
 
 
+def amount(prob: np.ndarray, mag: np.ndarray) -> tuple[float, float]:
+    """A policy's amount of augmentation: ``(mean probability, mean magnitude fraction)``, over the 30 slots and
+    the 24 magnitudes. For the four enhancers a fraction is a level, as in PBA's space, not a strength (their
+    identity factor 1 is the middle of the range)."""
+    prob, mag = _check_policy(prob, mag)
+    return float(prob.mean()), float(mag_fractions(mag).mean())
+
+
+# Values are moved in logit space, so that none leaves (0, 1) and their order within a group is kept; the
+# ends are pulled in by _EDGE so that a value at 0 or 1 can move too.
+_EDGE = 1e-6
+_BISECTIONS = 80
+
+
+def _shift_to_mean(frac: np.ndarray, target: float) -> np.ndarray:
+    logits = np.log(np.clip(frac, _EDGE, 1 - _EDGE)) - np.log1p(-np.clip(frac, _EDGE, 1 - _EDGE))
+    low, high = -40.0, 40.0
+    for _ in range(_BISECTIONS):  # the mean is increasing in the shift
+        mid = (low + high) / 2
+        if (1 / (1 + np.exp(-(logits + mid)))).mean() < target:
+            low = mid
+        else:
+            high = mid
+    return 1 / (1 + np.exp(-(logits + (low + high) / 2)))
+
+
+def hold_amount(prob: np.ndarray, mag: np.ndarray, target: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
+    """The policy shifted to the amount ``target`` (:func:`amount`): one shift in logit space for all 30
+    probabilities, another for all 24 magnitude fractions, each found by bisection. Every value stays inside
+    its range and the order of the values within each group is kept, so the mix is the policy's own.
+
+    Args:
+        prob, mag: the policy, ``(2, 15)`` each (the inputs are not modified).
+        target: ``(mean probability, mean magnitude fraction)``, each in (0, 1).
+
+    Returns:
+        ``(prob, mag)``: new float64 arrays whose amount equals ``target`` to about 1e-12.
+
+    Raises:
+        ValueError: a policy of the wrong shape or out of range, or a target outside (0, 1) (named).
+    """
+    prob, mag = _check_policy(prob, mag)
+    if (not isinstance(target, (tuple, list)) or len(target) != 2
+            or not all(isinstance(t, (int, float)) and 0.0 < t < 1.0 for t in target)):
+        raise ValueError(f"target must be a (mean probability, mean magnitude fraction) pair in (0, 1), got {target!r}")
+    new_mag = mag.copy()
+    frac = _shift_to_mean(mag_fractions(mag), float(target[1]))
+    new_mag[:, _MAG] = np.clip(_LOW + (_HIGH - _LOW) * frac, _LOW, _HIGH)
+    return _shift_to_mean(prob, float(target[0])), new_mag
+
+
+def amount_target(mode: str, prob: np.ndarray, mag: np.ndarray) -> tuple[float, float] | None:
+    """What a search with ``--amount mode`` holds its members to: the start ``(prob, mag)``'s :func:`amount`
+    for ``"held"``, ``None`` (nothing held) for ``"free"``.
+
+    Raises:
+        ValueError: ``mode`` is not one of :data:`AMOUNTS`.
+    """
+    check_settings(amount=mode)
+    return amount(prob, mag) if mode == "held" else None
+
+
 def _explore_fractions(frac: np.ndarray, rng: np.random.Generator, resample_prob: float, max_shift: int,
                        levels: int) -> np.ndarray:
     resample = rng.random(frac.shape) < resample_prob
@@ -144,6 +222,7 @@ def explore(
     resample_prob: float = EXPLORE_RESAMPLE_PROB,
     max_shift: int = EXPLORE_MAX_SHIFT,
     levels: int = EXPLORE_LEVELS,
+    hold: tuple[float, float] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """PBA's explore step on one policy (see the module docstring); the inputs are not modified.
 
@@ -158,6 +237,7 @@ def explore(
         resample_prob: in [0, 1].
         max_shift: the largest shift in levels, >= 0.
         levels: levels per range, >= 1.
+        hold: an amount to shift the explored policy back to (:func:`hold_amount`; ``None``: none, as PBA).
 
     Returns:
         ``(prob, mag)``: new float64 arrays, inside the ranges.
@@ -172,7 +252,7 @@ def explore(
     new_mag = mag.copy()
     # Clipped again in value space: lo + (hi - lo) * 1.0 may round a hair past hi.
     new_mag[:, _MAG] = np.clip(_LOW + (_HIGH - _LOW) * frac, _LOW, _HIGH)
-    return new_prob, new_mag
+    return (new_prob, new_mag) if hold is None else hold_amount(new_prob, new_mag, hold)
 
 
 def ranking(scores: Sequence[float]) -> list[int]:
@@ -191,9 +271,11 @@ def ranking(scores: Sequence[float]) -> list[int]:
 
 def check_settings(*, resample_prob: float = EXPLORE_RESAMPLE_PROB, max_shift: int = EXPLORE_MAX_SHIFT,
                    levels: int = EXPLORE_LEVELS, quantile: float = TRUNCATION_QUANTILE,
-                   member_start: str = DEFAULT_MEMBER_START, score_ema: float | None = None) -> None:
+                   member_start: str = DEFAULT_MEMBER_START, score_ema: float | None = None,
+                   amount: str = "free") -> None:
     """Raise ``ValueError`` naming the first bad explore or exploit setting (see :func:`explore` and
-    :func:`truncation_selection` for the ranges; ``member_start`` is one of :data:`MEMBER_STARTS`;
+    :func:`truncation_selection` for the ranges; ``member_start`` is one of :data:`MEMBER_STARTS`,
+    ``amount`` one of :data:`AMOUNTS`;
     ``score_ema``, the decay per step of the weights' average that members are scored on, is ``None`` or in
     (0, 1))."""
     if not (isinstance(resample_prob, (int, float)) and 0.0 <= resample_prob <= 1.0):
@@ -208,6 +290,8 @@ def check_settings(*, resample_prob: float = EXPLORE_RESAMPLE_PROB, max_shift: i
     if score_ema is not None and (isinstance(score_ema, bool) or not isinstance(score_ema, (int, float))
                                   or not 0.0 < score_ema < 1.0):
         raise ValueError(f"score_ema must be None or a number in (0, 1), got {score_ema!r}")
+    if amount not in AMOUNTS:
+        raise ValueError(f"amount must be one of {AMOUNTS}, got {amount!r}")
 
 
 def truncation_selection(
@@ -270,24 +354,27 @@ def lineage(parents: Sequence[Sequence[int]], best: int) -> list[int]:
 
 def start_policies(prob: np.ndarray, mag: np.ndarray, population: int, seed: int, *,
                    member_start: str = DEFAULT_MEMBER_START, resample_prob: float = EXPLORE_RESAMPLE_PROB,
-                   max_shift: int = EXPLORE_MAX_SHIFT) -> tuple[np.ndarray, np.ndarray]:
+                   max_shift: int = EXPLORE_MAX_SHIFT,
+                   hold: tuple[float, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Round 0's policies, ``(population, 2, 15)`` each: member 0 at the start ``(prob, mag)``, the others at
-    explored copies of it drawn from :func:`start_rng` (``member_start="explored"``) or at it (``"same"``)."""
+    explored copies of it drawn from :func:`start_rng` (``member_start="explored"``) or at it (``"same"``);
+    ``hold`` as in :func:`explore`."""
     check_settings(member_start=member_start)
     probs, mags = np.repeat(prob[None], population, axis=0), np.repeat(mag[None], population, axis=0)
     if member_start == "explored":
         for m in range(1, population):
             probs[m], mags[m] = explore(prob, mag, start_rng(seed, m), resample_prob=resample_prob,
-                                        max_shift=max_shift)
+                                        max_shift=max_shift, hold=hold)
     return probs, mags
 
 
 def exploit(prob: np.ndarray, mag: np.ndarray, scores: Sequence[float], seed: int, r: int, *,
             quantile: float = TRUNCATION_QUANTILE, resample_prob: float = EXPLORE_RESAMPLE_PROB,
-            max_shift: int = EXPLORE_MAX_SHIFT) -> tuple[list[int], np.ndarray, np.ndarray, list[tuple[int, int]]]:
+            max_shift: int = EXPLORE_MAX_SHIFT,
+            hold: tuple[float, float] | None = None) -> tuple[list[int], np.ndarray, np.ndarray, list[tuple[int, int]]]:
     """Round ``r``'s exploit on the members' policies ``(N, 2, 15)`` and ``scores``: truncation selection, and
-    each loser starts the next round from its donor's weights with an explored copy of its donor's policy,
-    every draw from :func:`round_rng`. The inputs are not modified.
+    each loser starts the next round from its donor's weights with an explored copy of its donor's policy
+    (``hold`` as in :func:`explore`), every draw from :func:`round_rng`. The inputs are not modified.
 
     Returns:
         ``(parents, prob, mag, copies)``: whose weights each member starts the next round with, the next
@@ -299,7 +386,7 @@ def exploit(prob: np.ndarray, mag: np.ndarray, scores: Sequence[float], seed: in
     for loser, donor in copies:
         parents[loser] = donor
         new_prob[loser], new_mag[loser] = explore(prob[donor], mag[donor], rng, resample_prob=resample_prob,
-                                                  max_shift=max_shift)
+                                                  max_shift=max_shift, hold=hold)
     return parents, new_prob, new_mag, copies
 
 

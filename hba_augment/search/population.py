@@ -18,8 +18,9 @@ The algorithm:
    images (clean, eval mode; with ``score_ema``, an exponential moving average of its weights is tested
    instead, so that the score is not the high learning rate's bounce); then truncation selection
    (:func:`~hba_augment.search.pbt.truncation_selection`): each member of the bottom 25% copies the weights
-   and optimiser state of a random member of the top 25% and an explored copy of its policy. The others go
-   on unchanged.
+   and optimiser state of a random member of the top 25% and an explored copy of its policy (with
+   ``amount="held"`` shifted back to the start's amount of augmentation, :func:`~hba_augment.search.pbt.hold_amount`,
+   so that selection chooses the mix only). The others go on unchanged.
 3. After the last round, the schedule is the lineage of the best member
    (:func:`~hba_augment.search.pbt.lineage`): for every epoch, the policy that the network which became
    the final best one was trained with, following its copies back through the members it copied from.
@@ -80,7 +81,7 @@ _CHECKPOINT_VERSION = 1
 # May differ between the session that wrote a checkpoint and the one that resumes it.
 _RESUME_FREE = frozenset({"data_dir", "name", "device", "compile", "population_procs", "cuda_graphs"})
 # Fields added after checkpoints were first written, with the value such a checkpoint ran with.
-_ADDED_FIELDS = {"member_start": "explored", "score_ema": None}
+_ADDED_FIELDS = {"member_start": "explored", "score_ema": None, "amount": "free"}
 
 
 @dataclass
@@ -104,6 +105,9 @@ class PopulationConfig:
         score_ema: score each member on an exponential moving average of its weights with this decay per
             training step, in (0, 1) (:class:`~hba_augment._runner.WeightEMA`; ``None``: on its weights, as
             PBA). The schedule is still the lineage of policies; only the score changes.
+        amount: one of :data:`~hba_augment.search.pbt.AMOUNTS`: ``"free"`` (PBA) or ``"held"`` (every explored
+            policy, round 0's included, is shifted back to the ``init`` policy's mean probability and mean
+            magnitude fraction; :func:`~hba_augment.search.pbt.hold_amount`).
         cuda_graphs: replay each member's full training batches from a captured CUDA graph
             (:mod:`~hba_augment.search._member`); elsewhere the same steps run eagerly. Changes speed and
             rounding, not the search.
@@ -118,6 +122,7 @@ class PopulationConfig:
     quantile: float = pbt.TRUNCATION_QUANTILE
     member_start: str = pbt.DEFAULT_MEMBER_START
     score_ema: float | None = None
+    amount: str = "free"
     cuda_graphs: bool = False
 
     @property
@@ -150,7 +155,13 @@ class PopulationConfig:
             raise ValueError(f"the population search has no objective of its own to combine with, got objective "
                              f"{self.search.objective!r} in its SearchConfig (leave it at 'hypernetwork')")
         pbt.check_settings(resample_prob=self.resample_prob, max_shift=self.max_shift, quantile=self.quantile,
-                           member_start=self.member_start, score_ema=self.score_ema)
+                           member_start=self.member_start, score_ema=self.score_ema, amount=self.amount)
+
+    @property
+    def hold(self) -> tuple[float, float] | None:
+        """The amount every member is held to (``None``: free)."""
+        prior = prior_policy(self.search.init)
+        return pbt.amount_target(self.amount, prior.prob, prior.mag)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-compatible values, the search's fields first (one flat record)."""
@@ -297,7 +308,7 @@ def _start(config: PopulationConfig) -> _History:
     prior = prior_policy(config.search.init)
     prob, mag = pbt.start_policies(prior.prob, prior.mag, config.population, config.search.seed,
                                    member_start=config.member_start, resample_prob=config.resample_prob,
-                                   max_shift=config.max_shift)
+                                   max_shift=config.max_shift, hold=config.hold)
     return _History(plan_parents=list(range(config.population)), plan_prob=prob, plan_mag=mag)
 
 
@@ -329,7 +340,7 @@ def _exploit(config: PopulationConfig, history: _History, scores: list[float], r
     """Truncation selection on ``scores`` and the next round's plan (copies with explored policies)."""
     history.plan_parents, history.plan_prob, history.plan_mag, copies = pbt.exploit(
         history.plan_prob, history.plan_mag, scores, config.search.seed, r, quantile=config.quantile,
-        resample_prob=config.resample_prob, max_shift=config.max_shift)
+        resample_prob=config.resample_prob, max_shift=config.max_shift, hold=config.hold)
     return copies
 
 
@@ -404,6 +415,7 @@ def _provenance(config: PopulationConfig, history: _History, train: Any, val: An
         "init": cfg.init,
         "member_start": config.member_start,
         "score_ema": config.score_ema,
+        "amount": config.amount,
         "amp": cfg.amp,
         "channels_last": cfg.channels_last,
         "baseline": {"flip": cfg.flip, "crop_padding": cfg.crop_padding, "cutout": cfg.cutout},
