@@ -99,6 +99,21 @@ def test_a_null_schedule_is_the_lineage_of_the_search_s_own_explore():
     assert np.array_equal(frozen.prob, np.broadcast_to(start.prob, frozen.prob.shape))
 
 
+def test_a_held_null_keeps_the_start_s_amount_and_walks_the_free_null_s_draws():
+    """``--amount held``: every epoch of the null has the start's amount; its draws are the free null's, so
+    its lineage is the free one's (the same noise picks the same members) and only the values differ."""
+    start = prior_policy("trivialaugment")
+    target = pbt.amount(start.prob, start.mag)
+    free = pbt_null.null_schedule("trivialaugment", 3, population=4, epochs=20, every=2)
+    held = pbt_null.null_schedule("trivialaugment", 3, population=4, epochs=20, every=2, amount="held")
+    assert held.provenance["amount"] == "held" and free.provenance["amount"] == "free"
+    for e in range(20):
+        assert pbt.amount(held.prob[e], held.mag[e]) == pytest.approx(target, abs=1e-9)
+    changed = [e for e in range(1, 20) if not np.array_equal(free.prob[e], free.prob[e - 1])]
+    assert changed == [e for e in range(1, 20) if not np.array_equal(held.prob[e], held.prob[e - 1])]
+    assert pbt.amount(free.prob[-1], free.mag[-1]) != pytest.approx(target)
+
+
 def test_a_null_of_members_that_start_the_same_keeps_the_start_for_its_first_round():
     """``member_start="same"`` (PBA's): the null's first round is the start itself, as the search's is."""
     start = prior_policy("paper")

@@ -172,10 +172,79 @@ def test_ranking_is_the_one_order_of_members():
     ("resample_prob", 1.5, "resample_prob"), ("max_shift", -1, "max_shift"), ("levels", 0, "levels"),
     ("quantile", 0.6, "quantile"), ("max_shift", True, "max_shift"), ("member_start", "spread", "member_start"),
     ("score_ema", 1.0, "score_ema"), ("score_ema", 0, "score_ema"), ("score_ema", True, "score_ema"),
+    ("amount", "fixed", "amount must be one of"),
 ])
 def test_bad_population_settings_are_named(setting, value, match):
     with pytest.raises(ValueError, match=match):
         pbt.check_settings(**{setting: value})
+
+
+# ------------------------------------------------------------------------------------------ held amount
+_policies = st.tuples(st.integers(0, 2**32 - 1), st.sampled_from(["paper", "identity", "uniform:0.3", "trivialaugment"]),
+                      st.integers(0, 5))
+
+
+def _explored(seed: int, init: str, times: int) -> tuple[np.ndarray, np.ndarray]:
+    """A policy ``times`` explore steps away from ``init`` (resampled values reach 0 and 1 often)."""
+    prior, rng = prior_policy(init), np.random.default_rng(seed)
+    prob, mag = prior.prob, prior.mag
+    for _ in range(times):
+        prob, mag = pbt.explore(prob, mag, rng, resample_prob=0.5)
+    return prob, mag
+
+
+@settings(max_examples=60, deadline=None)
+@given(_policies, st.floats(0.01, 0.99), st.floats(0.01, 0.99))
+def test_hold_amount_reaches_the_target_and_keeps_the_mix(policy, target_prob, target_mag):
+    prob, mag = _explored(*policy)
+    before = prob.copy(), mag.copy()
+    held_prob, held_mag = pbt.hold_amount(prob, mag, (target_prob, target_mag))
+    assert pbt.amount(held_prob, held_mag) == pytest.approx((target_prob, target_mag), abs=1e-9)
+    assert np.array_equal(prob, before[0]) and np.array_equal(mag, before[1], equal_nan=True)
+    frac, held_frac = pbt.mag_fractions(mag), pbt.mag_fractions(held_mag)
+    assert np.all((held_prob >= 0) & (held_prob <= 1)) and np.all((held_frac >= 0) & (held_frac <= 1))
+    assert np.isnan(held_mag[:, [k for k in range(15) if k not in MAGNITUDE_OPS]]).all()
+    # One shift per group in logit space: a value clearly above another stays above it or level with it
+    # (values that rounding tells apart by 1e-17 may come out in either order).
+    for old, new in ((prob.ravel(), held_prob.ravel()), (frac.ravel(), held_frac.ravel())):
+        i, j = np.triu_indices(len(old), 1)
+        apart = np.abs(old[i] - old[j]) > 1e-9
+        assert np.all(np.sign(old[i] - old[j])[apart] * (new[i] - new[j])[apart] >= -1e-12)
+
+
+def test_a_policy_at_its_target_is_left_where_it_is():
+    prior = prior_policy("uniform:0.3")
+    prob, mag = pbt.hold_amount(prior.prob, prior.mag, pbt.amount(prior.prob, prior.mag))
+    np.testing.assert_allclose(prob, prior.prob, atol=1e-9)
+    np.testing.assert_allclose(mag, prior.mag, atol=1e-9)
+
+
+@pytest.mark.parametrize("target", [(0.0, 0.5), (0.5, 1.0), (0.5,), "0.5", (0.5, True), (float("nan"), 0.5)])
+def test_hold_amount_names_a_bad_target(target):
+    prior = prior_policy("paper")
+    with pytest.raises(ValueError, match="target must be a"):
+        pbt.hold_amount(prior.prob, prior.mag, target)
+
+
+def test_a_held_explore_makes_the_free_explores_draws_then_shifts_back():
+    """Holding draws nothing: a held search makes the same explore draws as the free search of its seed."""
+    prior = prior_policy("trivialaugment")
+    target = pbt.amount_target("held", prior.prob, prior.mag)
+    assert target == pytest.approx((prior.prob.mean(), 0.5)) and pbt.amount_target("free", prior.prob, prior.mag) is None
+    free_rng, held_rng = np.random.default_rng(4), np.random.default_rng(4)
+    free = pbt.explore(prior.prob, prior.mag, free_rng)
+    held = pbt.explore(prior.prob, prior.mag, held_rng, hold=target)
+    assert free_rng.random() == held_rng.random()
+    expected = pbt.hold_amount(*free, target)
+    np.testing.assert_array_equal(held[0], expected[0])
+    np.testing.assert_array_equal(held[1], expected[1])
+    assert pbt.amount(*free) != pytest.approx(target)  # the explore step alone moved the amount
+    probs, mags = pbt.start_policies(prior.prob, prior.mag, 4, 3, hold=target)
+    assert all(pbt.amount(p, m) == pytest.approx(target) for p, m in zip(probs, mags, strict=True))
+    _, new_prob, new_mag, copies = pbt.exploit(probs, mags, [0.9, 0.1, 0.5, 0.6], 3, 7, hold=target)
+    assert copies and all(pbt.amount(new_prob[loser], new_mag[loser]) == pytest.approx(target) for loser, _ in copies)
+    with pytest.raises(ValueError, match="amount must be one of"):
+        pbt.amount_target("fixed", prior.prob, prior.mag)
 
 
 # --------------------------------------------------------------------------------------- whole searches
@@ -391,6 +460,23 @@ def test_members_replaying_captured_steps_search_as_eager_ones(fake_data, tmp_pa
     assert graphs.schedule.provenance["cuda_graphs"] is True
 
 
+def test_held_members_keep_the_starts_amount_and_the_free_searchs_draws(fake_data, tmp_path: Path):
+    """``amount="held"``: every member of every round has the start's amount (mean probability and mean
+    magnitude fraction); round 0's explored members are the free search's, shifted back; the provenance says
+    so."""
+    start = prior_policy("trivialaugment")
+    target = pbt.amount(start.prob, start.mag)
+    held = run_population_search(_config(amount="held"), tmp_path / "held", data=fake_data, plot=False,
+                                 log=lambda m: None)
+    for record in held.metrics:
+        assert record["mean_prob"] == pytest.approx([target[0]] * 4)
+    assert pbt.amount(held.schedule.prob[-1], held.schedule.mag[-1]) == pytest.approx(target, abs=1e-5)
+    assert held.schedule.provenance["amount"] == "held"
+    free = run_population_search(_config(), tmp_path / "free", data=fake_data, plot=False, log=lambda m: None)
+    assert free.schedule.provenance["amount"] == "free"
+    assert free.metrics[0]["mean_prob"][1:] != pytest.approx([target[0]] * 3)
+
+
 def test_another_seed_gives_another_search(fake_data, tmp_path: Path):
     config = _config()
     config.search.epochs = 2
@@ -408,6 +494,7 @@ def test_another_seed_gives_another_search(fake_data, tmp_path: Path):
     ({"resample_prob": -0.1}, "resample_prob"),
     ({"member_start": "spread"}, "member_start must be one of"),
     ({"score_ema": 1.5}, "score_ema must be None or a number in \\(0, 1\\), got 1.5"),
+    ({"amount": "fixed"}, "amount must be one of"),
 ])
 def test_bad_population_settings(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -434,6 +521,7 @@ def test_compile_and_other_objectives_are_refused():
     (["--cuda-graphs"], "--cuda-graphs True applies to --objective population only"),
     (["--member-start", "same"], "--member-start same applies to --objective population only"),
     (["--score-ema", "0.99"], "--score-ema 0.99 applies to --objective population only"),
+    (["--amount", "held"], "--amount held applies to --objective population only"),
 ])
 def test_command_line_refuses_options_of_the_other_objectives(tmp_path: Path, capsys, extra, said):
     args = ["search", "--data-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o"), "--device", "cpu", *extra]
