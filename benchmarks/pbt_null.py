@@ -514,7 +514,12 @@ def searched_report(folder: Path, replicates: int, seed: int) -> str:
         null = np.array([n[name] for n in nulls])
         lines.append(f"| {name} | {value:.3f} | {_band(null)} | {(null >= value).mean():.3f} |")
     # A search's draws are its seed's (a twin's too); an independent null's "seed" seeds its own stream.
-    if prov.get("objective") == "population" or "noise_seed" in prov:
+    held = cfg["amount"] == "held"
+    if held:
+        lines += ["", "Amount held (`--amount held`): every member of every round had the start's mean probability "
+                  "and mean magnitude fraction, so how much the schedule augments is not the selection's to choose, "
+                  "and the twins' amount table and the ranks of accuracy against strength do not apply."]
+    elif prov.get("objective") == "population" or "noise_seed" in prov:
         twins = twin_amounts(prov, replicates, seed)
         lines += ["", f"How much it augments, against {replicates} twin nulls: replays of this search with its own "
                   "explore draws (its seed) and noise for its scores, so that only the selection differs. Where "
@@ -525,21 +530,22 @@ def searched_report(folder: Path, replicates: int, seed: int) -> str:
             twin = np.array([t[name] for t in twins])
             lines.append(f"| {name} | {value:.3f} | {_band(twin)} | {(twin < value).mean():.3f} |")
     metrics = folder / "metrics.jsonl"
-    if metrics.exists():
-        rounds = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rounds = ([json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip()]
+              if metrics.exists() else [])
+    if rounds and not held:
         lines += ["", f"Selection ({len(rounds)} rounds): do the members' validation accuracies rank with their "
                   "policies' strength? (Spearman's rho per round, mean ± standard error over rounds)", "",
                   "| statistic | mean ± se |", "|---|---|"]
         lines += [f"| {name} | {m:.3f} ± {se:.3f} |" for name, (m, se) in selection_signal(rounds).items()]
-        noise = copy_noise(rounds)
-        if any(q["pairs"] for q in noise):
-            score = "an average of its weights" if prov.get("score_ema") else "its weights"
-            lines += ["", "Score noise: a member that copied and its donor start the next round from the same weights, "
-                      f"each scored on {score}; how far apart that round leaves them (`acc[copier] - acc[donor]`, "
-                      "points), by quarter of the search:", "",
-                      "| rounds from | pairs | sd | mean | mean p, copier - donor |", "|---|---|---|---|---|"]
-            lines += [f"| {q['first round']} | {q['pairs']} | {q['sd']:.2f} | {q['mean']:+.2f} | "
-                      f"{q['mean p difference']:+.3f} |" for q in noise]
+    noise = copy_noise(rounds) if rounds else []
+    if any(q["pairs"] for q in noise):
+        score = "an average of its weights" if prov.get("score_ema") else "its weights"
+        lines += ["", "Score noise: a member that copied and its donor start the next round from the same weights, "
+                  f"each scored on {score}; how far apart that round leaves them (`acc[copier] - acc[donor]`, "
+                  "points), by quarter of the search:", "",
+                  "| rounds from | pairs | sd | mean | mean p, copier - donor |", "|---|---|---|---|---|"]
+        lines += [f"| {q['first round']} | {q['pairs']} | {q['sd']:.2f} | {q['mean']:+.2f} | "
+                  f"{q['mean p difference']:+.3f} |" for q in noise]
     return "\n".join(lines) + "\n"
 
 

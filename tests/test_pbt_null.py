@@ -317,3 +317,15 @@ def test_a_twin_null_sits_inside_its_own_twins_and_the_report_places_the_search(
     assert all(0.01 < float(row[-1]) < 0.99 for row in rows), rows
     real = pbt_null.searched_report(folder, 50, 0)
     assert "twin nulls" in real and "| first epoch with mean p >= 0.25 | 54.000 |" in real
+
+
+def test_the_report_of_a_held_search_leaves_out_what_its_selection_could_not_choose(tmp_path):
+    """A search with ``--amount held`` (here its twin, reported as a search) augments as much as every twin by
+    construction: the report says so instead of placing it among them."""
+    twin = Schedule.load(SEARCHES / "proxy_population/controls/schedules/twin-population-ta-held-0.json")
+    assert twin.provenance["amount"] == "held"
+    (tmp_path / "held").mkdir()
+    twin.save(tmp_path / "held" / "schedule.json")
+    text = pbt_null.searched_report(tmp_path / "held", 20, 0)
+    assert "Amount held" in text and "amount `held`" in text
+    assert "twins below" not in text
