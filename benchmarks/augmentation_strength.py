@@ -8,6 +8,14 @@ HBA schedules are scaled to the run length as ``hba-augment train`` does; torchv
 change with the epoch.
 
     python benchmarks/augmentation_strength.py --images 1000 --out benchmarks/results/reduced_cifar10/strength.md
+
+``--twins-of SEARCH --count N`` places a population search among N of its twin nulls
+(``benchmarks/pbt_null.py``: its own explore draws, noise for its scores) by its mean change over the
+measured epochs: what its selection chose per pixel, beyond its draws. A search whose amount of augmentation
+was held (``--amount held``) can still choose weaker ops; this sees it.
+
+    python benchmarks/augmentation_strength.py --images 500 --epochs 100 --at 0,10,20,30,40,50,60,70,80,90,99 \
+        --twins-of benchmarks/results/proxy_population/searches/population-ta-held --count 20
 """
 
 from __future__ import annotations
@@ -25,6 +33,9 @@ from torchvision.transforms import v2
 from hba_augment import HBAPolicy
 from hba_augment._runner import source_commit
 from hba_augment.datasets import balanced_split, load_dataset
+from hba_augment.schedule import Schedule
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # pbt_null, for --twins-of
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "cifar-10-jpeg.tar.gz"
@@ -43,11 +54,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policies", default=",".join(POLICIES), help="comma-separated [LABEL=]policy items")
     p.add_argument("--seed", type=int, default=0, help="seed of the draws")
     p.add_argument("--out", help="also write the table (markdown) here")
+    p.add_argument("--twins-of", metavar="SEARCH",
+                   help="instead of --policies: the population search in SEARCH and --count of its twin nulls, "
+                   "with a summary of where the search sits among them")
+    p.add_argument("--count", type=int, default=20, help="twin nulls for --twins-of (noise seeds 0..count-1)")
     return p
 
 
-def _transform(policy: str, epochs: int) -> tuple[torch.nn.Module, bool]:
+def _transform(policy: str | Schedule, epochs: int) -> tuple[torch.nn.Module, bool]:
     """The policy as a uint8 ``(C, H, W)`` transform, and whether it follows the epoch."""
+    if isinstance(policy, Schedule):
+        return HBAPolicy(policy, total_epochs=epochs), True
     if policy.startswith("hba:"):
         return HBAPolicy(policy[4:], total_epochs=epochs), True
     table = {"autoaugment": v2.AutoAugment(v2.AutoAugmentPolicy.CIFAR10), "randaugment": v2.RandAugment(),
@@ -78,18 +95,34 @@ def main(argv: list[str] | None = None) -> int:
              f"Mean absolute pixel change (levels of 255) / fraction of images unchanged, {args.images} "
              f"CIFAR-10 (JPEG copy) training images, the policy alone, schedules scaled to {args.epochs} epochs.",
              "", header, "|---|" + "---|" * len(at)]
-    for item in args.policies.split(","):
-        label, _, policy = item.rpartition("=")
+    if args.twins_of:
+        from pbt_null import twin_null_schedule
+
+        folder = Path(args.twins_of)
+        items = [(folder.name, Schedule.load(folder / "schedule.json"))]
+        items += [(f"twin-{k}", twin_null_schedule(folder, k)) for k in range(args.count)]
+    else:
+        items = [(label or policy, policy) for label, _, policy in (i.rpartition("=") for i in args.policies.split(","))]
+    means = []
+    for label, policy in items:
         transform, by_epoch = _transform(policy, args.epochs)
-        cells = []
+        cells, changes = [], []
         for e in at:
             if by_epoch:
                 transform.set_epoch(e)
             if by_epoch or not cells:
                 change, unchanged = measure(transform, images, args.seed)
             cells.append(f"{change:.1f} / {unchanged:.2f}")
-        lines.append(f"| {label or policy} | " + " | ".join(cells) + " |")
+            changes.append(change)
+        means.append(sum(changes) / len(changes))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
         print(lines[-1], flush=True)
+    if args.twins_of:
+        twins = torch.tensor(means[1:], dtype=torch.float64)
+        lines += ["", f"Mean change over the measured epochs: the search {means[0]:.1f}; its {len(twins)} twins "
+                  f"{twins.mean():.1f} ± {twins.std():.1f} (min {twins.min():.1f}, max {twins.max():.1f}); "
+                  f"twins below the search: {(twins < means[0]).double().mean():.2f}."]
+        print(lines[-1])
     if args.out:
         Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
     return 0

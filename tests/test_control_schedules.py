@@ -286,6 +286,27 @@ def test_strength_measure_on_known_transforms(cifar_images):
         sys.modules.pop("augmentation_strength", None)
 
 
+def test_strength_places_a_search_among_its_twins(data_dir, tmp_path, capsys):
+    """``--twins-of``: the search and its twin nulls (the schedules pbt_null writes), each measured, and where
+    the search sits among them."""
+    archive = data_dir / "cifar-10-jpeg.tar.gz"
+    if not archive.is_file():
+        pytest.skip(f"CIFAR-10 JPEG copy not found at {archive}")
+    strength = _load("augmentation_strength")
+    try:
+        folder = _BENCH / "results/proxy_population/searches/population-ta-held"
+        out = tmp_path / "strength.md"
+        assert strength.main(["--data-dir", str(archive), "--images", "20", "--at", "0,99", "--twins-of",
+                              str(folder), "--count", "2", "--out", str(out)]) == 0
+        rows = [line.split(" | ")[0].strip("| ") for line in out.read_text().splitlines() if line.startswith("| ")][1:]
+        assert rows == ["population-ta-held", "twin-0", "twin-1"]
+        assert "its 2 twins" in out.read_text() and "twins below the search" in capsys.readouterr().out
+        twin = sys.modules["pbt_null"].twin_null_schedule(folder, 1)
+        assert strength._transform(twin, 100)[1]
+    finally:
+        sys.modules.pop("augmentation_strength", None)
+
+
 # ------------------------------------------------------------------------------ hypergradient signal
 @pytest.fixture(scope="module")
 def hs():
