@@ -269,8 +269,8 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     g.add_argument("--amount", choices=AMOUNTS,
                    help="'free' = selection may keep any amount of augmentation, as PBA; 'held' = every explored "
                    "policy is shifted back to the --init policy's mean probability and mean magnitude fraction, so "
-                   "that selection, which after a short round favours less augmentation, chooses only the mix of "
-                   "ops and magnitudes (default: free)")
+                   "that selection chooses the mix of ops and magnitudes but not those means (how much images "
+                   "change still depends on the mix) (default: free)")
     g.add_argument("--population-procs", type=nonneg_int, metavar="P",
                    help="worker processes on the device, the members spread over them (default: one per member; "
                    "0: every member in this process, one after another)")

@@ -20,8 +20,9 @@ and the mean fraction of their ranges of its 24 magnitudes (:func:`amount`). Sel
 after one round favours less augmentation (measured: ``benchmarks/RESULTS.md``, "What the searches'
 selection chooses"), whatever trains the better network in the end. With the amount held, every explored
 policy is shifted back to the start's amount (:func:`hold_amount`), so that selection can choose the mix of
-ops and magnitudes but not how much augmentation there is. The shift draws nothing: a held search makes the
-same explore draws as a free one of its seed.
+ops and magnitudes but not those two means. It does not hold how much images change: the mix sets that as
+much as the means do (measured: ``benchmarks/RESULTS.md``, "Holding the amount"). The shift draws nothing: a
+held search makes the same explore draws as a free one of its seed.
 """
 
 from __future__ import annotations
