@@ -127,8 +127,7 @@ def _hba_explore(resample_prob: float, max_shift: int, hold: tuple[float, float]
 
 def _explore_of(cfg: dict) -> Explore:
     """The explore step of a search of the settings ``cfg`` (:func:`_null_settings`)."""
-    prior = prior_policy(cfg["init"])
-    return _hba_explore(cfg["resample_prob"], cfg["max_shift"], pbt.amount_target(cfg["amount"], prior.prob, prior.mag))
+    return _hba_explore(cfg["resample_prob"], cfg["max_shift"], pbt.amount_target(cfg["amount"], cfg["init"]))
 
 
 def null_lineage(start: Policy, explore: Explore, fractions: Callable[[np.ndarray, np.ndarray], Policy],
@@ -200,7 +199,7 @@ def null_schedule(init: str, seed: int, *, population: int, epochs: int, every: 
     pbt.check_settings(member_start=member_start, amount=amount)
     prior = prior_policy(init)
     rng = np.random.default_rng(seed)
-    explore = _hba_explore(resample_prob, max_shift, pbt.amount_target(amount, prior.prob, prior.mag))
+    explore = _hba_explore(resample_prob, max_shift, pbt.amount_target(amount, init))
     prob, mag = null_lineage((prior.prob, prior.mag), explore, _hba_fractions, rng, population=population,
                              epochs=epochs, every=every, explore_start=member_start == "explored", raw=True)
     counts = prior.count_probs if count_probs is None else tuple(count_probs)
@@ -240,7 +239,7 @@ def replay(prov: dict, scores: Sequence[Sequence[float]]) -> tuple[np.ndarray, n
     seed, n = prov["seed"], cfg["population"]
     prior = prior_policy(cfg["init"])
     steps = {"resample_prob": cfg["resample_prob"], "max_shift": cfg["max_shift"],
-             "hold": pbt.amount_target(cfg["amount"], prior.prob, prior.mag)}
+             "hold": pbt.amount_target(cfg["amount"], cfg["init"])}
     prob, mag = pbt.start_policies(prior.prob, prior.mag, n, seed, member_start=cfg["member_start"], **steps)
     starts = pbt.round_starts(cfg["search_epochs"], cfg["exploit_every"])
     if len(scores) != len(starts):

@@ -229,8 +229,8 @@ def test_hold_amount_names_a_bad_target(target):
 def test_a_held_explore_makes_the_free_explores_draws_then_shifts_back():
     """Holding draws nothing: a held search makes the same explore draws as the free search of its seed."""
     prior = prior_policy("trivialaugment")
-    target = pbt.amount_target("held", prior.prob, prior.mag)
-    assert target == pytest.approx((prior.prob.mean(), 0.5)) and pbt.amount_target("free", prior.prob, prior.mag) is None
+    target = pbt.amount_target("held", "trivialaugment")
+    assert target == pytest.approx((prior.prob.mean(), 0.5)) and pbt.amount_target("free", "trivialaugment") is None
     free_rng, held_rng = np.random.default_rng(4), np.random.default_rng(4)
     free = pbt.explore(prior.prob, prior.mag, free_rng)
     held = pbt.explore(prior.prob, prior.mag, held_rng, hold=target)
@@ -244,7 +244,7 @@ def test_a_held_explore_makes_the_free_explores_draws_then_shifts_back():
     _, new_prob, new_mag, copies = pbt.exploit(probs, mags, [0.9, 0.1, 0.5, 0.6], 3, 7, hold=target)
     assert copies and all(pbt.amount(new_prob[loser], new_mag[loser]) == pytest.approx(target) for loser, _ in copies)
     with pytest.raises(ValueError, match="amount must be one of"):
-        pbt.amount_target("fixed", prior.prob, prior.mag)
+        pbt.amount_target("fixed", "trivialaugment")
 
 
 # --------------------------------------------------------------------------------------- whole searches

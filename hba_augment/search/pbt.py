@@ -33,6 +33,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from hba_augment._space import MAGNITUDE_OPS, NUM_COPIES, NUM_OPS, OP_RANGES
+from hba_augment.search.priors import prior_policy
 
 __all__ = [
     "AMOUNTS",
@@ -194,15 +195,19 @@ def hold_amount(prob: np.ndarray, mag: np.ndarray, target: tuple[float, float]) 
     return _shift_to_mean(prob, float(target[0])), new_mag
 
 
-def amount_target(mode: str, prob: np.ndarray, mag: np.ndarray) -> tuple[float, float] | None:
-    """What a search with ``--amount mode`` holds its members to: the start ``(prob, mag)``'s :func:`amount`
-    for ``"held"``, ``None`` (nothing held) for ``"free"``.
+def amount_target(mode: str, init: str) -> tuple[float, float] | None:
+    """What a search with ``--amount mode`` and ``--init init`` holds its members to: the :func:`amount` of the
+    ``init`` prior (:func:`~hba_augment.search.priors.prior_policy`) for ``"held"``, ``None`` (nothing held)
+    for ``"free"``.
 
     Raises:
-        ValueError: ``mode`` is not one of :data:`AMOUNTS`.
+        ValueError: ``mode`` is not one of :data:`AMOUNTS`, or ``init`` is not a prior's name.
     """
     check_settings(amount=mode)
-    return amount(prob, mag) if mode == "held" else None
+    if mode == "free":
+        return None
+    prior = prior_policy(init)
+    return amount(prior.prob, prior.mag)
 
 
 def _explore_fractions(frac: np.ndarray, rng: np.random.Generator, resample_prob: float, max_shift: int,

@@ -160,8 +160,7 @@ class PopulationConfig:
     @property
     def hold(self) -> tuple[float, float] | None:
         """The amount every member is held to (``None``: free)."""
-        prior = prior_policy(self.search.init)
-        return pbt.amount_target(self.amount, prior.prob, prior.mag)
+        return pbt.amount_target(self.amount, self.search.init)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-compatible values, the search's fields first (one flat record)."""
