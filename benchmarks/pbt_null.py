@@ -22,13 +22,15 @@ are exchangeable, so a learned preference for some ops shows as more spread than
 Where PBA's numbers lie inside the null's bands, that statistic of its schedule is what a search without
 signal also produces. No network is trained; it runs in seconds.
 
-Three more uses of the same null, for this package's own population searches:
+Four more uses of the same null, for this package's own population searches:
 
 - ``--searched DIR``: a finished search (``DIR/schedule.json``, ``DIR/metrics.jsonl``) against null searches of
   its own settings: is what its schedule changed more than its explore step's drift, and did its members'
   validation accuracies rank with their policies' strength at all?
 - ``--agree DIR DIR``: two finished searches (say, two seeds of one setting): do they prefer the same ops
   more than two null searches do? A selection that follows a signal steers both the same way.
+- ``--pushes DIR DIR ...``: several finished searches: which ops does selection move the same way from its
+  own walk? Each op's probability in each search is placed among the search's twin nulls.
 - ``--schedules DIR``: null schedules of one search setting, to train as controls beside the searched one
   (``gpu_campaign.py`` writes one per population search as ``null:<search>``).
 
@@ -119,15 +121,27 @@ def _hba_fractions(prob: np.ndarray, mag: np.ndarray) -> Policy:
     return prob, pbt.mag_fractions(mag)
 
 
-def _hba_explore(resample_prob: float, max_shift: int, hold: tuple[float, float] | None = None) -> Explore:
+def _hba_explore(resample_prob: float, max_shift: int, hold: tuple[float, float] | None = None,
+                 anchor: Policy | None = None) -> Explore:
     """This package's explore step (:func:`hba_augment.search.pbt.explore`) with a search's settings (``hold``:
-    the amount a ``--amount held`` search shifts every explored policy back to)."""
-    return functools.partial(pbt.explore, resample_prob=resample_prob, max_shift=max_shift, hold=hold)
+    the amount a ``--amount held`` search shifts every explored policy back to; ``anchor``: the policy a
+    ``--resample prior`` search resamples to)."""
+    return functools.partial(pbt.explore, resample_prob=resample_prob, max_shift=max_shift, hold=hold,
+                             anchor=anchor)
+
+
+def _steps(cfg: dict) -> dict:
+    """The explore settings of a search of the settings ``cfg`` (:func:`_null_settings`), as keyword arguments
+    of :func:`~hba_augment.search.pbt.explore`, :func:`~hba_augment.search.pbt.start_policies` and
+    :func:`~hba_augment.search.pbt.exploit`."""
+    return {"resample_prob": cfg["resample_prob"], "max_shift": cfg["max_shift"],
+            "hold": pbt.amount_target(cfg["amount"], cfg["init"]),
+            "anchor": pbt.resample_anchor(cfg["resample"], cfg["init"])}
 
 
 def _explore_of(cfg: dict) -> Explore:
     """The explore step of a search of the settings ``cfg`` (:func:`_null_settings`)."""
-    return _hba_explore(cfg["resample_prob"], cfg["max_shift"], pbt.amount_target(cfg["amount"], cfg["init"]))
+    return _hba_explore(**_steps(cfg))
 
 
 def null_lineage(start: Policy, explore: Explore, fractions: Callable[[np.ndarray, np.ndarray], Policy],
@@ -179,7 +193,8 @@ def null_lineage(start: Policy, explore: Explore, fractions: Callable[[np.ndarra
 def null_schedule(init: str, seed: int, *, population: int, epochs: int, every: int,
                   resample_prob: float = pbt.EXPLORE_RESAMPLE_PROB, max_shift: int = pbt.EXPLORE_MAX_SHIFT,
                   count_probs: tuple[float, ...] | None = None,
-                  member_start: str = pbt.DEFAULT_MEMBER_START, amount: str = "free") -> Schedule:
+                  member_start: str = pbt.DEFAULT_MEMBER_START, amount: str = "free",
+                  resample: str = "uniform") -> Schedule:
     """The schedule a population search of this package writes when its scores carry no signal.
 
     The same start (``init``; members 1.. at explored copies of it, or at it, as ``member_start`` says),
@@ -195,11 +210,13 @@ def null_schedule(init: str, seed: int, *, population: int, epochs: int, every: 
         count_probs: its ``count_probs`` if it overrode the prior's (``None``: the prior's).
         member_start: its ``--member-start``, one of :data:`~hba_augment.search.pbt.MEMBER_STARTS`.
         amount: its ``--amount``, one of :data:`~hba_augment.search.pbt.AMOUNTS`.
+        resample: its ``--resample``, one of :data:`~hba_augment.search.pbt.RESAMPLES`.
     """
-    pbt.check_settings(member_start=member_start, amount=amount)
+    pbt.check_settings(member_start=member_start, amount=amount, resample=resample)
     prior = prior_policy(init)
     rng = np.random.default_rng(seed)
-    explore = _hba_explore(resample_prob, max_shift, pbt.amount_target(amount, init))
+    explore = _hba_explore(resample_prob, max_shift, pbt.amount_target(amount, init),
+                           pbt.resample_anchor(resample, init))
     prob, mag = null_lineage((prior.prob, prior.mag), explore, _hba_fractions, rng, population=population,
                              epochs=epochs, every=every, explore_start=member_start == "explored", raw=True)
     counts = prior.count_probs if count_probs is None else tuple(count_probs)
@@ -207,6 +224,7 @@ def null_schedule(init: str, seed: int, *, population: int, epochs: int, every: 
                     provenance={"control": "a population search whose scores are noise (benchmarks/pbt_null.py)",
                                 "init": init, "seed": seed, "population": population, "search_epochs": epochs,
                                 "exploit_every": every, "member_start": member_start, "amount": amount,
+                                "resample": resample,
                                 "explore": {"resample_prob": resample_prob, "max_shift": max_shift},
                                 "note": "a comparison control for benchmarks; never shipped"})
 
@@ -220,6 +238,8 @@ def _null_settings(prov: dict) -> dict:
             "member_start": prov.get("member_start", "explored"),
             # and before --amount, with "free".
             "amount": prov.get("amount", "free"),
+            # and before --resample, with "uniform".
+            "resample": prov.get("resample", "uniform"),
             "resample_prob": explore.get("resample_prob", pbt.EXPLORE_RESAMPLE_PROB),
             "max_shift": explore.get("max_shift", pbt.EXPLORE_MAX_SHIFT)}
 
@@ -238,8 +258,7 @@ def replay(prov: dict, scores: Sequence[Sequence[float]]) -> tuple[np.ndarray, n
     cfg = _null_settings(prov)
     seed, n = prov["seed"], cfg["population"]
     prior = prior_policy(cfg["init"])
-    steps = {"resample_prob": cfg["resample_prob"], "max_shift": cfg["max_shift"],
-             "hold": pbt.amount_target(cfg["amount"], cfg["init"])}
+    steps = _steps(cfg)
     prob, mag = pbt.start_policies(prior.prob, prior.mag, n, seed, member_start=cfg["member_start"], **steps)
     starts = pbt.round_starts(cfg["search_epochs"], cfg["exploit_every"])
     if len(scores) != len(starts):
@@ -501,7 +520,7 @@ def searched_report(folder: Path, replicates: int, seed: int) -> str:
              "",
              f"- Null: {replicates} searches of its settings ({prov['population']} members, {prov['search_epochs']} "
              f"epochs, a round every {prov['exploit_every']}, start `{prov['init']}`, members' start "
-             f"`{member_start}`, amount `{cfg['amount']}`, explore resample "
+             f"`{member_start}`, amount `{cfg['amount']}`, resample `{cfg['resample']}`, explore resample "
              f"{resample_prob}, max shift {max_shift}) whose scores are noise; seed {seed}.",
              f"- Command: `python benchmarks/pbt_null.py --searched {folder} --replicates {replicates} --seed {seed}`",
              f"- Commit: {source_commit() or 'unknown'}; numpy only (no training); "
@@ -564,7 +583,8 @@ AGREEMENT_PARTS = {"all epochs": (0.0, 1.0), "second half": (0.5, 1.0)}
 
 def _settings_text(cfg: dict) -> str:
     return (f"{cfg['population']} members, {cfg['search_epochs']} epochs, a round every {cfg['exploit_every']}, "
-            f"start `{cfg['init']}`, members' start `{cfg['member_start']}`, amount `{cfg['amount']}`, explore "
+            f"start `{cfg['init']}`, members' start `{cfg['member_start']}`, amount `{cfg['amount']}`, resample "
+            f"`{cfg['resample']}`, explore "
             f"resample {cfg['resample_prob']}, max shift {cfg['max_shift']}")
 
 
@@ -644,6 +664,95 @@ def agreement_report(folders: list[Path], replicates: int, seed: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def twin_op_means(prov: dict, replicates: int, seed: int) -> np.ndarray:
+    """Each op's probability (mean over the epochs and both copies) in ``replicates`` twin nulls of a search
+    (:func:`replay` with noise drawn from ``seed``): ``(replicates, 15)``."""
+    cfg = _null_settings(prov)
+    rounds = len(pbt.round_starts(cfg["search_epochs"], cfg["exploit_every"]))
+    rng = np.random.default_rng(seed)
+    return np.array([replay(prov, rng.random((rounds, cfg["population"])))[0].mean(axis=(0, 1))
+                     for _ in range(replicates)])
+
+
+def pushes_report(folders: list[Path], replicates: int, seed: int) -> str:
+    """What selection pushes against, op by op, over several population searches.
+
+    For each search and op: the fraction of its twin nulls (its own explore draws, noise for its scores) that
+    give the op less probability than the search does, over all epochs. With a selection that sees nothing
+    each fraction is uniform on [0, 1], so an op whose mean fraction over the searches is far from 0.5 is
+    one that selection moves the same way from whatever walk its seed drew. Then, for each distinct setting
+    among the searches, how far a walk with no signal drifts from its start with each kind of resample
+    (:data:`~hba_augment.search.pbt.RESAMPLES`)."""
+    if len(folders) < 2:
+        raise ValueError(f"--pushes takes at least two search folders, got {len(folders)}")
+    schedules = [Schedule.load(Path(f) / "schedule.json") for f in folders]
+    below, share_below, twin_mean, searched = [], [], [], []
+    for schedule in schedules:
+        twins = twin_op_means(schedule.provenance, replicates, seed)
+        op = np.asarray(schedule.prob).mean(axis=(0, 1))
+        below.append((twins < op).mean(axis=0))
+        # Shares of the total: most searches augment less than their twins overall, which pushes every op down.
+        share_below.append((twins / twins.sum(axis=1, keepdims=True) < op / op.sum()).mean(axis=0))
+        twin_mean.append(twins.mean(axis=0))
+        searched.append(op)
+    below, share_below = np.array(below), np.array(share_below)
+    twin_mean, searched = np.array(twin_mean), np.array(searched)
+    names = [Path(f).name for f in folders]
+    # The mean of n uniforms has standard deviation 1 / sqrt(12 n).
+    sd = 1 / np.sqrt(12 * len(folders))
+    lines = ["# What selection pushes against, op by op (`benchmarks/pbt_null.py --pushes`)", "",
+             f"- Searches: {', '.join(f'`{f}`' for f in folders)}.",
+             f"- Statistic: per search and op, the fraction of {replicates} twin nulls (seed {seed}) that give the op "
+             "less probability (mean over the epochs and both copies) than the search. Under a selection that sees "
+             f"nothing it is uniform on [0, 1]: the mean over {len(folders)} searches is 0.5 ± {sd:.3f} (one sd); "
+             "z = (mean - 0.5) / sd. The same for the op's *share* of the 15 ops' total probability, which "
+             "an overall cut in augmentation does not move. Searches of one seed share their explore draws "
+             "(not their scores), so they are not independent draws of that null, and with 15 ops one |z| near "
+             "2 is expected by chance.",
+             f"- Command: `python benchmarks/pbt_null.py --pushes {' '.join(str(f) for f in folders)} "
+             f"--replicates {replicates} --seed {seed}`",
+             f"- Commit: {source_commit() or 'unknown'}; numpy only (no training); "
+             f"date: {datetime.now(timezone.utc).isoformat(timespec='seconds')}", "",
+             "| op | twins below: p | z | twins below: share | z | " + " | ".join(names) + " |",
+             "|---|---|---|---|---|" + "---|" * len(names)]
+    order = np.argsort(share_below.mean(axis=0))
+    for k in order:
+        cells = [f"{below[i, k]:.2f} ({searched[i, k]:.2f} vs {twin_mean[i, k]:.2f})" for i in range(len(names))]
+        lines.append(f"| {OP_NAMES[k]} | {below[:, k].mean():.2f} | {(below[:, k].mean() - 0.5) / sd:+.1f} | "
+                     f"{share_below[:, k].mean():.2f} | {(share_below[:, k].mean() - 0.5) / sd:+.1f} | "
+                     + " | ".join(cells) + " |")
+    lines += ["", "(Each search's cell: the fraction of twins below in probability, then the op's probability in the "
+              "search vs its twins' mean.)", "", "How far a walk with no signal drifts from its start (a null search of each setting, "
+              f"{replicates} replicates; means over the epochs): mean |p - start| over the 30 probabilities, mean "
+              "|f - start| over the 24 magnitude fractions, and Invert's probability (the TrivialAugment-like start all but "
+              "leaves it out):",
+              "", "| setting | resample | mean abs(p - start) | mean abs(f - start) | Invert's p (start's) |",
+              "|---|---|---|---|---|"]
+    seen = []
+    for schedule in schedules:
+        cfg = _null_settings(schedule.provenance)
+        key = {k: v for k, v in cfg.items() if k != "resample"}
+        if key in seen:
+            continue
+        seen.append(key)
+        prior = prior_policy(cfg["init"])
+        start_f = pbt.mag_fractions(prior.mag)
+        rare = OP_NAMES.index("Invert")
+        for resample in pbt.RESAMPLES:
+            rng = np.random.default_rng(seed)
+            walks = [null_lineage((prior.prob, prior.mag), _explore_of({**cfg, "resample": resample}),
+                                  _hba_fractions, rng, population=cfg["population"], epochs=cfg["search_epochs"],
+                                  every=cfg["exploit_every"], explore_start=cfg["member_start"] == "explored")
+                     for _ in range(replicates)]
+            prob = np.array([w[0] for w in walks])
+            frac = np.array([w[1] for w in walks])
+            lines.append(f"| {_settings_text({**cfg, 'resample': resample})} | `{resample}` | "
+                         f"{np.abs(prob - prior.prob).mean():.3f} | "
+                         f"{np.abs(frac - start_f).mean():.3f} | {prob[..., rare].mean():.3f} "
+                         f"({prior.prob[:, rare].mean():.2f}) |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--replicates", type=int, default=1000, help="null searches per setting (default: 1000)")
@@ -664,12 +773,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--member-start", choices=pbt.MEMBER_STARTS, default=pbt.DEFAULT_MEMBER_START,
                    help=f"the search's --member-start (default: {pbt.DEFAULT_MEMBER_START})")
     p.add_argument("--amount", choices=pbt.AMOUNTS, default="free", help="the search's --amount (default: free)")
+    p.add_argument("--resample", choices=pbt.RESAMPLES, default="uniform",
+                   help="the search's --resample (default: uniform)")
     mode.add_argument("--searched", metavar="DIR",
                    help="instead of the report, test the population search in DIR (its schedule.json and "
                         "metrics.jsonl) against --replicates null searches of its own settings")
     mode.add_argument("--agree", nargs=2, metavar="DIR",
                    help="instead of the report, test whether two population searches (their schedule.json) prefer "
                         "the same ops more than --replicates pairs of null searches of their settings do")
+    mode.add_argument("--pushes", nargs="+", metavar="DIR",
+                   help="instead of the report, place each op's probability in several population searches among "
+                        "--replicates twin nulls of each: which ops does selection push the same way?")
     args = p.parse_args(argv)
     if args.replicates < 2:
         p.error(f"--replicates must be at least 2, got {args.replicates}")
@@ -685,7 +799,8 @@ def main(argv: list[str] | None = None) -> int:
                 schedule = twin_null_schedule(Path(args.twin_of), seed)
             else:
                 schedule = null_schedule(args.init, seed, population=args.population, epochs=args.epochs,
-                                         every=args.every, member_start=args.member_start, amount=args.amount)
+                                         every=args.every, member_start=args.member_start, amount=args.amount,
+                                         resample=args.resample)
             path = out / f"{schedule.name}.json"
             schedule.save(path)
             print(f"{path}: mean p {schedule.prob.mean():.3f}, "
@@ -693,6 +808,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.searched:
         text = searched_report(Path(args.searched), args.replicates, args.seed)
+    elif args.pushes:
+        try:
+            text = pushes_report([Path(f) for f in args.pushes], args.replicates, args.seed)
+        except ValueError as e:
+            p.error(str(e))
     elif args.agree:
         try:
             text = agreement_report([Path(f) for f in args.agree], args.replicates, args.seed)

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hba_augment.functional import OP_NAMES
 from hba_augment.schedule import Schedule
 from hba_augment.search import pbt
 from hba_augment.search.priors import prior_policy
@@ -112,6 +113,18 @@ def test_a_held_null_keeps_the_start_s_amount_and_walks_the_free_null_s_draws():
     changed = [e for e in range(1, 20) if not np.array_equal(free.prob[e], free.prob[e - 1])]
     assert changed == [e for e in range(1, 20) if not np.array_equal(held.prob[e], held.prob[e - 1])]
     assert pbt.amount(free.prob[-1], free.mag[-1]) != pytest.approx(target)
+
+
+def test_a_null_that_resamples_to_the_prior_walks_the_uniform_null_s_draws_nearer_its_start():
+    """``--resample prior``: the same draws (the same noise picks the same members, so the lineage changes at
+    the same epochs), values resampled to the start's, so the schedule stays nearer the start."""
+    start = prior_policy("trivialaugment")
+    uniform = pbt_null.null_schedule("trivialaugment", 3, population=4, epochs=60, every=2)
+    anchored = pbt_null.null_schedule("trivialaugment", 3, population=4, epochs=60, every=2, resample="prior")
+    assert anchored.provenance["resample"] == "prior" and uniform.provenance["resample"] == "uniform"
+    changed = [e for e in range(1, 60) if not np.array_equal(uniform.prob[e], uniform.prob[e - 1])]
+    assert changed == [e for e in range(1, 60) if not np.array_equal(anchored.prob[e], anchored.prob[e - 1])]
+    assert np.abs(anchored.prob - start.prob).mean() < np.abs(uniform.prob - start.prob).mean()
 
 
 def test_a_null_of_members_that_start_the_same_keeps_the_start_for_its_first_round():
@@ -330,3 +343,24 @@ def test_the_report_of_a_held_search_leaves_out_what_its_selection_could_not_cho
     text = pbt_null.searched_report(tmp_path / "held", 20, 0)
     assert "Amount held" in text and "amount `held`" in text
     assert "twins below" not in text
+
+
+def test_the_pushes_report_places_every_op_of_each_search_among_its_twins():
+    """``--pushes``: one row per op with each search's place among its twins, and the drift of a walk with no
+    signal under each resample, the walk that resamples to its start staying nearer it."""
+    folders = [SEARCHES / "proxy_population/searches/population-paper",
+               SEARCHES / "proxy_population/searches/population-ta-held"]
+    text = pbt_null.pushes_report(folders, 20, 0)
+    rows = [line for line in text.splitlines() if line.split(" | ")[0].lstrip("| ") in OP_NAMES]
+    assert len(rows) == 15
+    for row in rows:
+        cells = row.strip("|").split(" | ")
+        assert 0.0 <= float(cells[1]) <= 1.0 and 0.0 <= float(cells[3]) <= 1.0
+    drift = {}
+    for line in text.splitlines():
+        cells = line.strip("|").split(" | ")
+        if len(cells) == 5 and cells[1].strip("` ") in pbt.RESAMPLES and "start `trivialaugment`" in cells[0]:
+            drift[cells[1].strip("` ")] = float(cells[2])
+    assert drift["prior"] < drift["uniform"]
+    with pytest.raises(ValueError, match="at least two search folders, got 1"):
+        pbt_null.pushes_report(folders[:1], 20, 0)

@@ -18,6 +18,7 @@ from hba_augment import _runner
 from hba_augment._space import MAGNITUDE_OPS, OP_RANGES
 from hba_augment.cli import main
 from hba_augment.datasets import load_dataset, reduced_split
+from hba_augment.functional import OP_NAMES
 from hba_augment.schedule import Schedule
 from hba_augment.search import pbt
 from hba_augment.search.loop import SearchConfig
@@ -172,11 +173,63 @@ def test_ranking_is_the_one_order_of_members():
     ("resample_prob", 1.5, "resample_prob"), ("max_shift", -1, "max_shift"), ("levels", 0, "levels"),
     ("quantile", 0.6, "quantile"), ("max_shift", True, "max_shift"), ("member_start", "spread", "member_start"),
     ("score_ema", 1.0, "score_ema"), ("score_ema", 0, "score_ema"), ("score_ema", True, "score_ema"),
-    ("amount", "fixed", "amount must be one of"),
+    ("amount", "fixed", "amount must be one of"), ("resample", "near", "resample must be one of"),
 ])
 def test_bad_population_settings_are_named(setting, value, match):
     with pytest.raises(ValueError, match=match):
         pbt.check_settings(**{setting: value})
+
+
+# ------------------------------------------------------------------------------------- resample to the prior
+def test_a_resample_to_the_prior_makes_the_uniform_resamples_draws_and_puts_the_priors_values():
+    """``anchor``: where the uniform explore resampled a value, the anchored one puts the prior's there; every
+    other value is the uniform explore's shift, and both consume the same draws."""
+    prior = prior_policy("trivialaugment")
+    anchor = pbt.resample_anchor("prior", "trivialaugment")
+    np.testing.assert_array_equal(anchor[0], prior.prob)
+    np.testing.assert_array_equal(anchor[1], prior.mag)
+    assert pbt.resample_anchor("uniform", "trivialaugment") is None
+    policy = pbt.explore(prior.prob, prior.mag, np.random.default_rng(0), max_shift=0, resample_prob=1.0)  # far away
+    uniform_rng, anchored_rng = np.random.default_rng(5), np.random.default_rng(5)
+    uniform = pbt.explore(*policy, uniform_rng, resample_prob=0.5)
+    anchored = pbt.explore(*policy, anchored_rng, resample_prob=0.5, anchor=anchor)
+    assert uniform_rng.random() == anchored_rng.random()
+    for got, free, at_prior in ((anchored[0], uniform[0], prior.prob),
+                                (pbt.mag_fractions(anchored[1]), pbt.mag_fractions(uniform[1]),
+                                 pbt.mag_fractions(prior.mag))):
+        differs = ~np.isclose(got, free)
+        assert 0 < differs.sum() < got.size  # some values were resampled, not all
+        np.testing.assert_allclose(got[differs], at_prior[differs])
+    # Every value resampled: the prior itself; none: the uniform explore's shift.
+    reset = pbt.explore(*policy, np.random.default_rng(1), resample_prob=1.0, anchor=anchor)
+    np.testing.assert_allclose(reset[0], prior.prob)
+    np.testing.assert_allclose(reset[1], prior.mag)
+    shifted = pbt.explore(*policy, np.random.default_rng(1), resample_prob=0.0, anchor=anchor)
+    expected = pbt.explore(*policy, np.random.default_rng(1), resample_prob=0.0)
+    np.testing.assert_array_equal(shifted[0], expected[0])
+    with pytest.raises(ValueError, match="resample must be one of"):
+        pbt.resample_anchor("near", "trivialaugment")
+    with pytest.raises(ValueError, match="shape"):
+        pbt.explore(*policy, np.random.default_rng(1), anchor=(prior.prob[0], prior.mag))
+
+
+def test_a_walk_that_resamples_to_the_prior_stays_near_it():
+    """The point of it: a chain of explores (a lineage with no selection) drifts away from a uniform resample's
+    start, and far less from one that resamples to the prior; Invert, which the TrivialAugment-like prior all
+    but leaves out, stays rare."""
+    prior = prior_policy("trivialaugment")
+    anchor = (prior.prob, prior.mag)
+    invert = OP_NAMES.index("Invert")
+    drift, inverts = {}, {}
+    for name, kwargs in (("uniform", {}), ("prior", {"anchor": anchor})):
+        rng, policy, distances, invert_p = np.random.default_rng(0), anchor, [], []
+        for _ in range(400):
+            policy = pbt.explore(*policy, rng, **kwargs)
+            distances.append(np.abs(policy[0] - prior.prob).mean())
+            invert_p.append(policy[0][:, invert].mean())
+        drift[name], inverts[name] = np.mean(distances[50:]), np.mean(invert_p[50:])
+    assert drift["prior"] < 0.7 * drift["uniform"]
+    assert inverts["prior"] < 0.25 < inverts["uniform"]
 
 
 # ------------------------------------------------------------------------------------------ held amount
@@ -477,6 +530,20 @@ def test_held_members_keep_the_starts_amount_and_the_free_searchs_draws(fake_dat
     assert free.metrics[0]["mean_prob"][1:] != pytest.approx([target[0]] * 3)
 
 
+def test_members_that_always_resample_to_the_prior_stay_at_it(fake_data, tmp_path: Path):
+    """``resample="prior"`` reaches round 0's members and every exploit: with every value resampled, every
+    member of every round holds the start policy; the provenance says so."""
+    start = prior_policy("trivialaugment")
+    result = run_population_search(_config(resample="prior", resample_prob=1.0), tmp_path / "s", data=fake_data,
+                                   plot=False, log=lambda m: None)
+    assert any(record["copies"] for record in result.metrics)
+    for record in result.metrics:
+        assert record["mean_prob"] == pytest.approx([start.prob.mean()] * 4)
+    np.testing.assert_allclose(result.schedule.prob, np.broadcast_to(start.prob, result.schedule.prob.shape),
+                               atol=1e-6)
+    assert result.schedule.provenance["resample"] == "prior"
+
+
 def test_another_seed_gives_another_search(fake_data, tmp_path: Path):
     config = _config()
     config.search.epochs = 2
@@ -495,6 +562,7 @@ def test_another_seed_gives_another_search(fake_data, tmp_path: Path):
     ({"member_start": "spread"}, "member_start must be one of"),
     ({"score_ema": 1.5}, "score_ema must be None or a number in \\(0, 1\\), got 1.5"),
     ({"amount": "fixed"}, "amount must be one of"),
+    ({"resample": "near"}, "resample must be one of"),
 ])
 def test_bad_population_settings(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -522,6 +590,7 @@ def test_compile_and_other_objectives_are_refused():
     (["--member-start", "same"], "--member-start same applies to --objective population only"),
     (["--score-ema", "0.99"], "--score-ema 0.99 applies to --objective population only"),
     (["--amount", "held"], "--amount held applies to --objective population only"),
+    (["--resample", "prior"], "--resample prior applies to --objective population only"),
 ])
 def test_command_line_refuses_options_of_the_other_objectives(tmp_path: Path, capsys, extra, said):
     args = ["search", "--data-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o"), "--device", "cpu", *extra]

@@ -81,8 +81,8 @@ def _count_probs(text: str) -> tuple[float, ...]:
 _LAMBDA_OPTIONS = ("strategy", "hparam_lr", "sigma", "t_train", "t_val", "prior_decay", "hparam_accumulate",
                    "teacher_estimator", "teacher_weight", "teacher_decay", "val_bn", "hyper_input")
 # Options of the population search (default None: "not given"), which the other objectives refuse.
-_POPULATION_OPTIONS = ("population", "exploit_every", "member_start", "score_ema", "amount", "population_procs",
-                       "cuda_graphs")
+_POPULATION_OPTIONS = ("population", "exploit_every", "member_start", "score_ema", "amount", "resample",
+                       "population_procs", "cuda_graphs")
 
 
 def _flag(attr: str) -> str:
@@ -124,7 +124,8 @@ def population_config_from_args(args: argparse.Namespace, device: str,
     from hba_augment.search.population import PopulationConfig
 
     # Options not given keep the config's defaults (one home for each).
-    given = {k: getattr(args, k) for k in ("population", "member_start", "amount") if getattr(args, k) is not None}
+    given = {k: getattr(args, k) for k in ("population", "member_start", "amount", "resample")
+             if getattr(args, k) is not None}
     return PopulationConfig(search=config_from_args(args, device) if search is None else search, **given,
                             exploit_every=args.exploit_every, score_ema=args.score_ema,
                             population_procs=args.population_procs,
@@ -153,6 +154,7 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
         DEFAULT_MEMBER_START,
         DEFAULT_POPULATION,
         MEMBER_STARTS,
+        RESAMPLES,
     )
 
     datasets = ("cifar10", "cifar100", "svhn", "imagefolder")
@@ -271,6 +273,11 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
                    "policy is shifted back to the --init policy's mean probability and mean magnitude fraction, so "
                    "that selection chooses the mix of ops and magnitudes but not those means (how much images "
                    "change still depends on the mix) (default: free)")
+    g.add_argument("--resample", choices=RESAMPLES,
+                   help="where explore's resample puts a value: 'uniform' = a uniform draw over its range, as PBA "
+                   "(a walk with no signal forgets the --init policy); 'prior' = back to the --init policy's value, "
+                   "so that the walk returns to its start and the schedule stays near it where selection sees "
+                   "nothing (default: uniform)")
     g.add_argument("--population-procs", type=nonneg_int, metavar="P",
                    help="worker processes on the device, the members spread over them (default: one per member; "
                    "0: every member in this process, one after another)")

@@ -23,6 +23,15 @@ policy is shifted back to the start's amount (:func:`hold_amount`), so that sele
 ops and magnitudes but not those two means. It does not hold how much images change: the mix sets that as
 much as the means do (measured: ``benchmarks/RESULTS.md``, "Holding the amount"). The shift draws nothing: a
 held search makes the same explore draws as a free one of its seed.
+
+*Resampling to the prior* (``--resample prior``, not PBA's): PBA's resample draws a value uniformly over its
+range, so the explore walk forgets its start: with no signal at all, a lineage from the TrivialAugment-like
+start gives Invert, which that start all but leaves out, about the probability of any other op, and selection
+is left to push it back, as six of the ten searches measured did (``benchmarks/RESULTS.md``, "What selection
+pushes against"). With ``resample="prior"`` a resampled value returns to the ``init`` policy's value instead
+(:func:`resample_anchor`): the walk is pulled back to its start, so a search with no signal stays near it,
+and what selection keeps away from the start is what it saw. It draws the same numbers as a uniform
+resample, so such a search is paired with the uniform one of its seed.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ __all__ = [
     "EXPLORE_MAX_SHIFT",
     "EXPLORE_RESAMPLE_PROB",
     "MEMBER_STARTS",
+    "RESAMPLES",
     "TRUNCATION_QUANTILE",
     "amount",
     "amount_target",
@@ -55,6 +65,7 @@ __all__ = [
     "lineage_policies",
     "mag_fractions",
     "ranking",
+    "resample_anchor",
     "round_rng",
     "round_starts",
     "start_policies",
@@ -82,6 +93,9 @@ DEFAULT_MEMBER_START = "explored"
 #: every value and selection keeps whatever scores best; ``"held"``: every explored policy is shifted back to
 #: the start's amount, so that selection chooses the mix only.
 AMOUNTS = ("free", "held")
+#: Where explore's resample puts a value (module docstring). ``"uniform"``: a uniform draw over its range, as
+#: PBA; ``"prior"``: the ``init`` policy's value, so that the walk returns to its start.
+RESAMPLES = ("uniform", "prior")
 #: PBT's truncation selection: the bottom quarter copies the top quarter.
 TRUNCATION_QUANTILE = 0.25
 # PBA perturbs every 3 epochs of a 200-epoch search.
@@ -210,10 +224,27 @@ def amount_target(mode: str, init: str) -> tuple[float, float] | None:
     return amount(prior.prob, prior.mag)
 
 
+def resample_anchor(mode: str, init: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """What a search with ``--resample mode`` and ``--init init`` resamples its values to: the ``init`` prior's
+    ``(prob, mag)`` (:func:`~hba_augment.search.priors.prior_policy`) for ``"prior"``, ``None`` (a uniform
+    draw) for ``"uniform"``.
+
+    Raises:
+        ValueError: ``mode`` is not one of :data:`RESAMPLES`, or ``init`` is not a prior's name.
+    """
+    check_settings(resample=mode)
+    if mode == "uniform":
+        return None
+    prior = prior_policy(init)
+    return prior.prob, prior.mag
+
+
 def _explore_fractions(frac: np.ndarray, rng: np.random.Generator, resample_prob: float, max_shift: int,
-                       levels: int) -> np.ndarray:
+                       levels: int, anchor: np.ndarray | None) -> np.ndarray:
     resample = rng.random(frac.shape) < resample_prob
-    fresh = rng.random(frac.shape)
+    fresh = rng.random(frac.shape)  # drawn either way, so that both kinds of resample make the same draws
+    if anchor is not None:
+        fresh = np.broadcast_to(anchor, frac.shape)
     steps = rng.integers(0, max_shift + 1, size=frac.shape)
     signs = rng.choice(np.array([-1.0, 1.0]), size=frac.shape)
     shifted = np.clip(frac + signs * steps / levels, 0.0, 1.0)
@@ -229,11 +260,12 @@ def explore(
     max_shift: int = EXPLORE_MAX_SHIFT,
     levels: int = EXPLORE_LEVELS,
     hold: tuple[float, float] | None = None,
+    anchor: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """PBA's explore step on one policy (see the module docstring); the inputs are not modified.
 
-    Every one of the 30 probabilities and 24 magnitudes is, independently, resampled uniformly over its
-    range with probability ``resample_prob``, else shifted by ``k / levels`` of its range, ``k`` uniform in
+    Every one of the 30 probabilities and 24 magnitudes is, independently, resampled (uniformly over its
+    range, or to ``anchor``'s value) with probability ``resample_prob``, else shifted by ``k / levels`` of its range, ``k`` uniform in
     ``{0, ..., max_shift}``, in a random direction, and clipped to the range. The NaN magnitudes of the ops
     without one stay NaN.
 
@@ -244,6 +276,8 @@ def explore(
         max_shift: the largest shift in levels, >= 0.
         levels: levels per range, >= 1.
         hold: an amount to shift the explored policy back to (:func:`hold_amount`; ``None``: none, as PBA).
+        anchor: the policy ``(prob, mag)`` a resampled value returns to (:func:`resample_anchor`; ``None``: a
+            uniform draw, as PBA).
 
     Returns:
         ``(prob, mag)``: new float64 arrays, inside the ranges.
@@ -253,8 +287,11 @@ def explore(
     """
     prob, mag = _check_policy(prob, mag)
     check_settings(resample_prob=resample_prob, max_shift=max_shift, levels=levels)
-    new_prob = _explore_fractions(prob, rng, resample_prob, max_shift, levels)
-    frac = _explore_fractions(mag_fractions(mag), rng, resample_prob, max_shift, levels)
+    if anchor is not None:
+        anchor = _check_policy(*anchor)
+    new_prob = _explore_fractions(prob, rng, resample_prob, max_shift, levels, None if anchor is None else anchor[0])
+    frac = _explore_fractions(mag_fractions(mag), rng, resample_prob, max_shift, levels,
+                              None if anchor is None else mag_fractions(anchor[1]))
     new_mag = mag.copy()
     # Clipped again in value space: lo + (hi - lo) * 1.0 may round a hair past hi.
     new_mag[:, _MAG] = np.clip(_LOW + (_HIGH - _LOW) * frac, _LOW, _HIGH)
@@ -278,10 +315,10 @@ def ranking(scores: Sequence[float]) -> list[int]:
 def check_settings(*, resample_prob: float = EXPLORE_RESAMPLE_PROB, max_shift: int = EXPLORE_MAX_SHIFT,
                    levels: int = EXPLORE_LEVELS, quantile: float = TRUNCATION_QUANTILE,
                    member_start: str = DEFAULT_MEMBER_START, score_ema: float | None = None,
-                   amount: str = "free") -> None:
+                   amount: str = "free", resample: str = "uniform") -> None:
     """Raise ``ValueError`` naming the first bad explore or exploit setting (see :func:`explore` and
     :func:`truncation_selection` for the ranges; ``member_start`` is one of :data:`MEMBER_STARTS`,
-    ``amount`` one of :data:`AMOUNTS`;
+    ``amount`` one of :data:`AMOUNTS`, ``resample`` one of :data:`RESAMPLES`;
     ``score_ema``, the decay per step of the weights' average that members are scored on, is ``None`` or in
     (0, 1))."""
     if not (isinstance(resample_prob, (int, float)) and 0.0 <= resample_prob <= 1.0):
@@ -298,6 +335,8 @@ def check_settings(*, resample_prob: float = EXPLORE_RESAMPLE_PROB, max_shift: i
         raise ValueError(f"score_ema must be None or a number in (0, 1), got {score_ema!r}")
     if amount not in AMOUNTS:
         raise ValueError(f"amount must be one of {AMOUNTS}, got {amount!r}")
+    if resample not in RESAMPLES:
+        raise ValueError(f"resample must be one of {RESAMPLES}, got {resample!r}")
 
 
 def truncation_selection(
@@ -361,26 +400,30 @@ def lineage(parents: Sequence[Sequence[int]], best: int) -> list[int]:
 def start_policies(prob: np.ndarray, mag: np.ndarray, population: int, seed: int, *,
                    member_start: str = DEFAULT_MEMBER_START, resample_prob: float = EXPLORE_RESAMPLE_PROB,
                    max_shift: int = EXPLORE_MAX_SHIFT,
-                   hold: tuple[float, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   hold: tuple[float, float] | None = None,
+                   anchor: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Round 0's policies, ``(population, 2, 15)`` each: member 0 at the start ``(prob, mag)``, the others at
     explored copies of it drawn from :func:`start_rng` (``member_start="explored"``) or at it (``"same"``);
-    ``hold`` as in :func:`explore`."""
+    ``hold`` and ``anchor`` as in :func:`explore`."""
     check_settings(member_start=member_start)
     probs, mags = np.repeat(prob[None], population, axis=0), np.repeat(mag[None], population, axis=0)
     if member_start == "explored":
         for m in range(1, population):
             probs[m], mags[m] = explore(prob, mag, start_rng(seed, m), resample_prob=resample_prob,
-                                        max_shift=max_shift, hold=hold)
+                                        max_shift=max_shift, hold=hold, anchor=anchor)
     return probs, mags
 
 
 def exploit(prob: np.ndarray, mag: np.ndarray, scores: Sequence[float], seed: int, r: int, *,
             quantile: float = TRUNCATION_QUANTILE, resample_prob: float = EXPLORE_RESAMPLE_PROB,
             max_shift: int = EXPLORE_MAX_SHIFT,
-            hold: tuple[float, float] | None = None) -> tuple[list[int], np.ndarray, np.ndarray, list[tuple[int, int]]]:
+            hold: tuple[float, float] | None = None,
+            anchor: tuple[np.ndarray, np.ndarray] | None = None,
+            ) -> tuple[list[int], np.ndarray, np.ndarray, list[tuple[int, int]]]:
     """Round ``r``'s exploit on the members' policies ``(N, 2, 15)`` and ``scores``: truncation selection, and
     each loser starts the next round from its donor's weights with an explored copy of its donor's policy
-    (``hold`` as in :func:`explore`), every draw from :func:`round_rng`. The inputs are not modified.
+    (``hold`` and ``anchor`` as in :func:`explore`), every draw from :func:`round_rng`. The inputs are not
+    modified.
 
     Returns:
         ``(parents, prob, mag, copies)``: whose weights each member starts the next round with, the next
@@ -392,7 +435,7 @@ def exploit(prob: np.ndarray, mag: np.ndarray, scores: Sequence[float], seed: in
     for loser, donor in copies:
         parents[loser] = donor
         new_prob[loser], new_mag[loser] = explore(prob[donor], mag[donor], rng, resample_prob=resample_prob,
-                                                  max_shift=max_shift, hold=hold)
+                                                  max_shift=max_shift, hold=hold, anchor=anchor)
     return parents, new_prob, new_mag, copies
 
 

@@ -20,7 +20,9 @@ The algorithm:
    (:func:`~hba_augment.search.pbt.truncation_selection`): each member of the bottom 25% copies the weights
    and optimiser state of a random member of the top 25% and an explored copy of its policy (with
    ``amount="held"`` shifted back to the start's amount of augmentation, :func:`~hba_augment.search.pbt.hold_amount`,
-   so that selection chooses the mix only). The others go on unchanged.
+   so that selection chooses the mix only; with ``resample="prior"`` a resampled value returns to the start's,
+   :func:`~hba_augment.search.pbt.resample_anchor`, so that the walk does not forget the start). The others go
+   on unchanged.
 3. After the last round, the schedule is the lineage of the best member
    (:func:`~hba_augment.search.pbt.lineage`): for every epoch, the policy that the network which became
    the final best one was trained with, following its copies back through the members it copied from.
@@ -81,7 +83,7 @@ _CHECKPOINT_VERSION = 1
 # May differ between the session that wrote a checkpoint and the one that resumes it.
 _RESUME_FREE = frozenset({"data_dir", "name", "device", "compile", "population_procs", "cuda_graphs"})
 # Fields added after checkpoints were first written, with the value such a checkpoint ran with.
-_ADDED_FIELDS = {"member_start": "explored", "score_ema": None, "amount": "free"}
+_ADDED_FIELDS = {"member_start": "explored", "score_ema": None, "amount": "free", "resample": "uniform"}
 
 
 @dataclass
@@ -108,6 +110,9 @@ class PopulationConfig:
         amount: one of :data:`~hba_augment.search.pbt.AMOUNTS`: ``"free"`` (PBA) or ``"held"`` (every explored
             policy, round 0's included, is shifted back to the ``init`` policy's mean probability and mean
             magnitude fraction; :func:`~hba_augment.search.pbt.hold_amount`).
+        resample: one of :data:`~hba_augment.search.pbt.RESAMPLES`: ``"uniform"`` (PBA: a resampled value is a
+            uniform draw over its range) or ``"prior"`` (it returns to the ``init`` policy's value;
+            :func:`~hba_augment.search.pbt.resample_anchor`).
         cuda_graphs: replay each member's full training batches from a captured CUDA graph
             (:mod:`~hba_augment.search._member`); elsewhere the same steps run eagerly. Changes speed and
             rounding, not the search.
@@ -123,6 +128,7 @@ class PopulationConfig:
     member_start: str = pbt.DEFAULT_MEMBER_START
     score_ema: float | None = None
     amount: str = "free"
+    resample: str = "uniform"
     cuda_graphs: bool = False
 
     @property
@@ -155,12 +161,18 @@ class PopulationConfig:
             raise ValueError(f"the population search has no objective of its own to combine with, got objective "
                              f"{self.search.objective!r} in its SearchConfig (leave it at 'hypernetwork')")
         pbt.check_settings(resample_prob=self.resample_prob, max_shift=self.max_shift, quantile=self.quantile,
-                           member_start=self.member_start, score_ema=self.score_ema, amount=self.amount)
+                           member_start=self.member_start, score_ema=self.score_ema, amount=self.amount,
+                           resample=self.resample)
 
     @property
     def hold(self) -> tuple[float, float] | None:
         """The amount every member is held to (``None``: free)."""
         return pbt.amount_target(self.amount, self.search.init)
+
+    @property
+    def anchor(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The policy a resampled value returns to (``None``: a uniform draw)."""
+        return pbt.resample_anchor(self.resample, self.search.init)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-compatible values, the search's fields first (one flat record)."""
@@ -307,7 +319,7 @@ def _start(config: PopulationConfig) -> _History:
     prior = prior_policy(config.search.init)
     prob, mag = pbt.start_policies(prior.prob, prior.mag, config.population, config.search.seed,
                                    member_start=config.member_start, resample_prob=config.resample_prob,
-                                   max_shift=config.max_shift, hold=config.hold)
+                                   max_shift=config.max_shift, hold=config.hold, anchor=config.anchor)
     return _History(plan_parents=list(range(config.population)), plan_prob=prob, plan_mag=mag)
 
 
@@ -339,7 +351,7 @@ def _exploit(config: PopulationConfig, history: _History, scores: list[float], r
     """Truncation selection on ``scores`` and the next round's plan (copies with explored policies)."""
     history.plan_parents, history.plan_prob, history.plan_mag, copies = pbt.exploit(
         history.plan_prob, history.plan_mag, scores, config.search.seed, r, quantile=config.quantile,
-        resample_prob=config.resample_prob, max_shift=config.max_shift, hold=config.hold)
+        resample_prob=config.resample_prob, max_shift=config.max_shift, hold=config.hold, anchor=config.anchor)
     return copies
 
 
@@ -415,6 +427,7 @@ def _provenance(config: PopulationConfig, history: _History, train: Any, val: An
         "member_start": config.member_start,
         "score_ema": config.score_ema,
         "amount": config.amount,
+        "resample": config.resample,
         "amp": cfg.amp,
         "channels_last": cfg.channels_last,
         "baseline": {"flip": cfg.flip, "crop_padding": cfg.crop_padding, "cutout": cfg.cutout},
