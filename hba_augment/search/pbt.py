@@ -265,9 +265,9 @@ def explore(
     """PBA's explore step on one policy (see the module docstring); the inputs are not modified.
 
     Every one of the 30 probabilities and 24 magnitudes is, independently, resampled (uniformly over its
-    range, or to ``anchor``'s value) with probability ``resample_prob``, else shifted by ``k / levels`` of its range, ``k`` uniform in
-    ``{0, ..., max_shift}``, in a random direction, and clipped to the range. The NaN magnitudes of the ops
-    without one stay NaN.
+    range, or to ``anchor``'s value) with probability ``resample_prob``, else shifted by ``k / levels`` of
+    its range, ``k`` uniform in ``{0, ..., max_shift}``, in a random direction, and clipped to the range.
+    The NaN magnitudes of the ops without one stay NaN.
 
     Args:
         prob, mag: the policy, ``(2, 15)`` each.
