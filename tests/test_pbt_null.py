@@ -282,6 +282,7 @@ SEARCHES = REPO / "benchmarks" / "results"
     "proxy_population/searches/population-paper-same",  # --member-start same
     "paper_scale_cifar10/searches/population-paper4-s1",  # 200 epochs, a round every 3, seed 1
     "proxy_population/searches/population-ta-held",  # --amount held, from the TrivialAugment-like start
+    "proxy_population/searches/population-ta-prior",  # --resample prior
 ])
 def test_a_replay_with_the_recorded_scores_writes_the_search_s_schedule_again(folder):
     """Real searches of this package, their committed schedules and scores: the replay must be the driver."""
