@@ -233,10 +233,7 @@ def resample_anchor(mode: str, init: str) -> tuple[np.ndarray, np.ndarray] | Non
         ValueError: ``mode`` is not one of :data:`RESAMPLES`, or ``init`` is not a prior's name.
     """
     check_settings(resample=mode)
-    if mode == "uniform":
-        return None
-    prior = prior_policy(init)
-    return prior.prob, prior.mag
+    return None if mode == "uniform" else prior_policy(init)[:2]
 
 
 def _explore_fractions(frac: np.ndarray, rng: np.random.Generator, resample_prob: float, max_shift: int,
