@@ -50,7 +50,7 @@ import functools
 import json
 import platform
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -121,15 +121,6 @@ def _hba_fractions(prob: np.ndarray, mag: np.ndarray) -> Policy:
     return prob, pbt.mag_fractions(mag)
 
 
-def _hba_explore(resample_prob: float, max_shift: int, hold: tuple[float, float] | None = None,
-                 anchor: Policy | None = None) -> Explore:
-    """This package's explore step (:func:`hba_augment.search.pbt.explore`) with a search's settings (``hold``:
-    the amount a ``--amount held`` search shifts every explored policy back to; ``anchor``: the policy a
-    ``--resample prior`` search resamples to)."""
-    return functools.partial(pbt.explore, resample_prob=resample_prob, max_shift=max_shift, hold=hold,
-                             anchor=anchor)
-
-
 def _steps(cfg: dict) -> dict:
     """The explore settings of a search of the settings ``cfg`` (:func:`_null_settings`), as keyword arguments
     of :func:`~hba_augment.search.pbt.explore`, :func:`~hba_augment.search.pbt.start_policies` and
@@ -140,8 +131,9 @@ def _steps(cfg: dict) -> dict:
 
 
 def _explore_of(cfg: dict) -> Explore:
-    """The explore step of a search of the settings ``cfg`` (:func:`_null_settings`)."""
-    return _hba_explore(**_steps(cfg))
+    """This package's explore step (:func:`hba_augment.search.pbt.explore`) with the settings ``cfg`` of a search
+    (:func:`_null_settings`): what a ``--amount held`` search holds, what a ``--resample prior`` one resamples to."""
+    return functools.partial(pbt.explore, **_steps(cfg))
 
 
 def null_lineage(start: Policy, explore: Explore, fractions: Callable[[np.ndarray, np.ndarray], Policy],
@@ -215,8 +207,8 @@ def null_schedule(init: str, seed: int, *, population: int, epochs: int, every: 
     pbt.check_settings(member_start=member_start, amount=amount, resample=resample)
     prior = prior_policy(init)
     rng = np.random.default_rng(seed)
-    explore = _hba_explore(resample_prob, max_shift, pbt.amount_target(amount, init),
-                           pbt.resample_anchor(resample, init))
+    explore = _explore_of({"init": init, "resample_prob": resample_prob, "max_shift": max_shift, "amount": amount,
+                           "resample": resample})
     prob, mag = null_lineage((prior.prob, prior.mag), explore, _hba_fractions, rng, population=population,
                              epochs=epochs, every=every, explore_start=member_start == "explored", raw=True)
     counts = prior.count_probs if count_probs is None else tuple(count_probs)
@@ -491,12 +483,19 @@ def amounts(prob: np.ndarray, mag: np.ndarray) -> dict[str, float]:
             f"first epoch with mean p >= {RAMP_LEVEL}": float(ramp_epoch(per_epoch))}
 
 
-def twin_amounts(prov: dict, replicates: int, seed: int) -> list[dict[str, float]]:
-    """:func:`amounts` of ``replicates`` twin nulls of a search (:func:`replay` with noise drawn from ``seed``)."""
+def twin_policies(prov: dict, replicates: int, seed: int) -> Iterator[Policy]:
+    """``(prob, mag)`` per epoch of ``replicates`` twin nulls of a search: :func:`replay` of its settings and
+    seed with every round's scores uniform noise drawn from one stream seeded by ``seed``."""
     cfg = _null_settings(prov)
     rounds = len(pbt.round_starts(cfg["search_epochs"], cfg["exploit_every"]))
     rng = np.random.default_rng(seed)
-    return [amounts(*replay(prov, rng.random((rounds, cfg["population"])))[:2]) for _ in range(replicates)]
+    for _ in range(replicates):
+        yield replay(prov, rng.random((rounds, cfg["population"])))[:2]
+
+
+def twin_amounts(prov: dict, replicates: int, seed: int) -> list[dict[str, float]]:
+    """:func:`amounts` of ``replicates`` :func:`twin_policies` of a search."""
+    return [amounts(prob, mag) for prob, mag in twin_policies(prov, replicates, seed)]
 
 
 def searched_report(folder: Path, replicates: int, seed: int) -> str:
@@ -665,13 +664,9 @@ def agreement_report(folders: list[Path], replicates: int, seed: int) -> str:
 
 
 def twin_op_means(prov: dict, replicates: int, seed: int) -> np.ndarray:
-    """Each op's probability (mean over the epochs and both copies) in ``replicates`` twin nulls of a search
-    (:func:`replay` with noise drawn from ``seed``): ``(replicates, 15)``."""
-    cfg = _null_settings(prov)
-    rounds = len(pbt.round_starts(cfg["search_epochs"], cfg["exploit_every"]))
-    rng = np.random.default_rng(seed)
-    return np.array([replay(prov, rng.random((rounds, cfg["population"])))[0].mean(axis=(0, 1))
-                     for _ in range(replicates)])
+    """Each op's probability (mean over the epochs and both copies) in ``replicates`` :func:`twin_policies` of a
+    search: ``(replicates, 15)``."""
+    return np.array([prob.mean(axis=(0, 1)) for prob, _ in twin_policies(prov, replicates, seed)])
 
 
 def pushes_report(folders: list[Path], replicates: int, seed: int) -> str:
@@ -728,7 +723,7 @@ def pushes_report(folders: list[Path], replicates: int, seed: int) -> str:
               "leaves it out):",
               "", "| setting | resample | mean abs(p - start) | mean abs(f - start) | Invert's p (start's) |",
               "|---|---|---|---|---|"]
-    seen = []
+    rare, seen = OP_NAMES.index("Invert"), []
     for schedule in schedules:
         cfg = _null_settings(schedule.provenance)
         key = {k: v for k, v in cfg.items() if k != "resample"}
@@ -737,7 +732,6 @@ def pushes_report(folders: list[Path], replicates: int, seed: int) -> str:
         seen.append(key)
         prior = prior_policy(cfg["init"])
         start_f = pbt.mag_fractions(prior.mag)
-        rare = OP_NAMES.index("Invert")
         for resample in pbt.RESAMPLES:
             rng = np.random.default_rng(seed)
             walks = [null_lineage((prior.prob, prior.mag), _explore_of({**cfg, "resample": resample}),

@@ -241,7 +241,7 @@ def _explore_fractions(frac: np.ndarray, rng: np.random.Generator, resample_prob
     resample = rng.random(frac.shape) < resample_prob
     fresh = rng.random(frac.shape)  # drawn either way, so that both kinds of resample make the same draws
     if anchor is not None:
-        fresh = np.broadcast_to(anchor, frac.shape)
+        fresh = anchor
     steps = rng.integers(0, max_shift + 1, size=frac.shape)
     signs = rng.choice(np.array([-1.0, 1.0]), size=frac.shape)
     shifted = np.clip(frac + signs * steps / levels, 0.0, 1.0)
