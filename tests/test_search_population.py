@@ -3,6 +3,8 @@ member, and whole tiny searches (command line, resume, determinism, processes)."
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import pickle
 import time
@@ -18,7 +20,7 @@ from hba_augment import _runner
 from hba_augment._space import MAGNITUDE_OPS, OP_RANGES
 from hba_augment.cli import main
 from hba_augment.datasets import load_dataset, reduced_split
-from hba_augment.functional import OP_NAMES
+from hba_augment.functional import OP_NAMES, OPS
 from hba_augment.schedule import Schedule
 from hba_augment.search import pbt
 from hba_augment.search.loop import SearchConfig
@@ -542,6 +544,23 @@ def test_members_that_always_resample_to_the_prior_stay_at_it(fake_data, tmp_pat
     np.testing.assert_allclose(result.schedule.prob, np.broadcast_to(start.prob, result.schedule.prob.shape),
                                atol=1e-6)
     assert result.schedule.provenance["resample"] == "prior"
+
+
+def test_a_search_from_a_schedule_file_refines_its_last_entry(fake_data, tmp_path: Path):
+    """``init`` as a schedule file: the members start at (and, resampled to the prior, stay at) the file's
+    last entry, even where it holds probabilities of 0 and 1; the provenance names the file and its hash."""
+    low = np.array([spec.low if spec.has_magnitude else np.nan for spec in OPS])
+    prob = np.stack([np.zeros((2, 15)), np.tile([0.0, 1.0, 0.4], 10).reshape(2, 15)])
+    path = tmp_path / "mine.json"
+    Schedule(prob, np.stack([np.stack([low, low])] * 2), name="mine", count_probs=(0.5, 0.5)).save(path)
+    config = _config(resample="prior", resample_prob=1.0)
+    config.search = dataclasses.replace(config.search, init=str(path), count_probs=None)  # the file's, (0.5, 0.5)
+    result = run_population_search(config, tmp_path / "s", data=fake_data, plot=False, log=lambda m: None)
+    np.testing.assert_allclose(result.schedule.prob, np.broadcast_to(prob[-1], result.schedule.prob.shape),
+                               atol=1e-9)
+    prov = result.schedule.provenance
+    assert prov["init"] == str(path) and prov["init_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert tuple(result.schedule.count_probs) == (0.5, 0.5)
 
 
 def test_another_seed_gives_another_search(fake_data, tmp_path: Path):

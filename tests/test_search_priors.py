@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from hba_augment.schedule import Schedule
 from hba_augment.search import loop
 from hba_augment.search.hparams import hparams_to_policy, init_hparams
 from hba_augment.search.loop import SearchConfig, run_search
-from hba_augment.search.priors import parse_init, prior_policy, start_schedule
+from hba_augment.search.priors import init_provenance, parse_init, prior_policy, start_schedule
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -89,6 +90,51 @@ def test_trivialaugment_prior_draws_one_op_nearly_uniformly(cifar_images):
 def test_bad_init_names_are_refused(init, match):
     with pytest.raises(ValueError, match=match):
         parse_init(init)
+
+
+def _ramp_file(path: Path) -> Path:
+    """A three-entry schedule that ramps up and ends with probabilities of 0 and 1 and magnitudes at both
+    ends of their ranges (as PBA's schedule does), saved as JSON."""
+    low = np.array([spec.low if spec.has_magnitude else np.nan for spec in OPS])
+    high = np.array([spec.high if spec.has_magnitude else np.nan for spec in OPS])
+    prob = np.stack([np.full((2, 15), 0.1), np.full((2, 15), 0.3), np.tile([0.0, 1.0, 0.5], 10).reshape(2, 15)])
+    mag = np.stack([np.stack([low, low])] * 2 + [np.stack([low, high])])
+    Schedule(prob, mag, name="ramp", count_probs=(0.1, 0.9)).save(path)
+    return path
+
+
+def test_a_schedule_file_starts_at_its_last_entry(tmp_path: Path):
+    path = _ramp_file(tmp_path / "ramp.json")
+    saved = Schedule.load(path)
+    prior = prior_policy(str(path))
+    assert parse_init(str(path)) == ("schedule", None)
+    np.testing.assert_array_equal(prior.prob, saved.prob[-1])
+    np.testing.assert_array_equal(prior.mag, saved.mag[-1])
+    assert prior.count_probs == (0.1, 0.9) and prior.prob.dtype == np.float64
+    # The gradient search's lambda starts a hair inside its 0s, 1s and range ends: finite, at the policy.
+    lam = init_hparams(str(path), dtype=torch.float64)
+    assert torch.isfinite(lam).all()
+    prob, mag = hparams_to_policy(lam)
+    np.testing.assert_allclose(prob.numpy(), prior.prob, atol=1e-5)
+    np.testing.assert_allclose(mag.numpy(), prior.mag, atol=1e-3)  # 1e-6 of Solarize's 255 is 2.6e-4
+    # Its control is that entry held, named after the file, with the file's hash.
+    control = start_schedule(str(path))
+    assert control.name == "start-ramp" and control.epochs == 1 and tuple(control.count_probs) == (0.1, 0.9)
+    np.testing.assert_array_equal(control.prob[0], prior.prob)
+    digest = init_provenance(str(path))["init_sha256"]
+    assert control.provenance["init_sha256"] == digest == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert init_provenance("paper") == {"init": "paper"}
+    assert "init_sha256" not in start_schedule("paper").provenance
+
+
+def test_a_missing_or_bad_schedule_file_is_refused(tmp_path: Path):
+    with pytest.raises(ValueError, match=r"schedule file that does not exist: '.*nowhere\.json'"):
+        parse_init(str(tmp_path / "nowhere.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    assert parse_init(str(bad)) == ("schedule", None)  # the name is checked without reading the file
+    with pytest.raises(ValueError, match="format"):
+        prior_policy(str(bad))
 
 
 def test_start_schedule_is_the_prior_held():
@@ -190,7 +236,8 @@ def test_the_command_line_reaches_the_config(capsys):
     assert config.count_probs == (0.25, 0.75)
     assert config_from_args(build_parser().parse_args(["--data-dir", "d", "--out", "o"]), "cpu").count_probs == (
         0.2, 0.3, 0.5)
-    for bad, said in ((["--init", "uniform:2"], "strictly between 0 and 1"), (["--count-probs", "0.5,0.6"], "summing to 1"),
+    for bad, said in ((["--init", "uniform:2"], "strictly between 0 and 1"), (["--init", "no/such.json"], "does not exist"),
+                      (["--count-probs", "0.5,0.6"], "summing to 1"),
                       (["--count-probs", "a,b"], "comma-separated")):
         with pytest.raises(SystemExit):
             build_parser().parse_args(["--data-dir", "d", "--out", "o", *bad])

@@ -48,7 +48,8 @@ def default_name(out: str, dataset: str, model: str) -> str:
 
 
 def _init(text: str) -> str:
-    """``--init``: a starting-policy name, checked without importing torch."""
+    """``--init``: a starting-policy name or schedule file, checked without importing torch (a file's content is
+    checked when the search builds its prior)."""
     from hba_augment.search.priors import parse_init
 
     try:
@@ -196,12 +197,14 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     g.add_argument("--sigma", type=nonneg_float, default=1.0, help="std of the per-image perturbation (default: 1)")
     g.add_argument("--t-train", type=positive_int, default=2, help="SGD steps per outer iteration (default: 2)")
     g.add_argument("--t-val", type=nonneg_int, default=1, help="hyperparameter steps per outer iteration (default: 1)")
-    g.add_argument("--init", type=_init, default="paper", metavar="{paper,identity,uniform:F,trivialaugment}",
+    g.add_argument("--init", type=_init, default="paper",
+                   metavar="{paper,identity,uniform:F,trivialaugment,FILE.json}",
                    help="starting policy (hba_augment.search.priors): paper = every value at 0.95 lo + 0.05 hi "
                    "(default); identity = the same, but the four PIL enhancers' factors start at their identity 1 "
                    "instead of 0.19; uniform:F = every probability F and every magnitude at the fraction F of its "
                    "range; trivialaugment = TrivialAugment in this space (one op per image, nearly uniform over "
-                   "ops, magnitudes at 21%% and 79%% of the range)")
+                   "ops, magnitudes at 21%% and 79%% of the range); FILE.json = a schedule file's last entry, with "
+                   "its count_probs (refine a schedule you have; its SHA-256 goes into the provenance)")
     g.add_argument("--prior-decay", type=nonneg_float, default=0.0,
                    help="after every hyperparameter step, pull lambda towards its start by hparam_lr x this "
                    "fraction of the distance (0: none, the paper; default: 0)")

@@ -73,7 +73,8 @@ def init_hparams(
 
     Args:
         init: a name of :mod:`~hba_augment.search.priors`: ``"paper"`` (every entry ``logit(0.05)``, i.e.
-            ``0.95 lo + 0.05 hi``, the contract, section 3), ``"identity"``, ``"uniform:F"`` or ``"trivialaugment"``.
+            ``0.95 lo + 0.05 hi``, the contract, section 3), ``"identity"``, ``"uniform:F"``, ``"trivialaugment"``
+            or a schedule file.
         dtype, device: of the result.
 
     Returns:
@@ -87,8 +88,8 @@ def init_hparams(
     lo, hi = _bounds(torch.float64, torch.device("cpu"))
     frac = (torch.as_tensor(prior.mag, dtype=torch.float64)[:, list(MAGNITUDE_OPS)] - lo) / (hi - lo)
     # The logits of the fractions themselves (not of values mapped back and forth), so that "paper" is
-    # exactly logit(0.05) everywhere, as it always was.
-    lam = torch.cat([torch.logit(prob).reshape(-1), torch.logit(frac).reshape(-1)])
+    # exactly logit(0.05) everywhere, as it always was; a schedule file's 0s and 1s start a hair inside.
+    lam = torch.cat([torch.logit(prob, eps=_INVERSE_EPS).reshape(-1), torch.logit(frac, eps=_INVERSE_EPS).reshape(-1)])
     return lam.to(dtype=dtype, device=device)
 
 

@@ -82,7 +82,7 @@ from hba_augment.search.hparams import (
     init_hparams,
 )
 from hba_augment.search.hyper_input import HYPER_INPUTS, applied_input, expected_applied_input
-from hba_augment.search.priors import parse_init, prior_policy
+from hba_augment.search.priors import init_provenance, parse_init, prior_policy
 
 __all__ = [
     "CHECKPOINT_FILE",
@@ -150,7 +150,8 @@ class SearchConfig:
         val_bn: batch norm in the validation steps: ``"batch"`` (the validation batch's statistics) or
             ``"running"`` (eval mode: the running statistics); see the module docstring.
         init: the starting policy, a name of :mod:`~hba_augment.search.priors`: ``"paper"`` (the paper's),
-            ``"identity"``, ``"uniform:F"`` or ``"trivialaugment"``.
+            ``"identity"``, ``"uniform:F"``, ``"trivialaugment"`` or a schedule file (``*.json``: its last
+            entry, recorded with the file's SHA-256).
         prior_decay: after every step of ``lambda``, pull it back towards its start by the fraction
             ``hparam_lr * prior_decay`` of the distance (decoupled, as AdamW's weight decay pulls towards 0;
             ``0``: no pull, the paper). Adam moves a coordinate by about ``hparam_lr`` per step whatever the
@@ -807,7 +808,7 @@ class _Search(_runner.WorkerBase):
             "t_train": cfg.t_train,
             "t_val": cfg.t_val,
             "val_bn": cfg.val_bn,
-            "init": cfg.init,
+            **init_provenance(cfg.init),
             "prior_decay": cfg.prior_decay,
             "hparam_accumulate": cfg.hparam_accumulate,
             "objective": cfg.objective,

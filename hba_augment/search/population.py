@@ -72,7 +72,7 @@ from hba_augment.search.loop import (
     load_search_data,
     training_provenance,
 )
-from hba_augment.search.priors import prior_policy
+from hba_augment.search.priors import init_provenance, prior_policy
 
 __all__ = ["MEMBERS_FOLDER", "PopulationConfig", "run_population_search"]
 
@@ -423,7 +423,7 @@ def _provenance(config: PopulationConfig, history: _History, train: Any, val: An
                     "levels": pbt.EXPLORE_LEVELS},
         "truncation_quantile": config.quantile,
         **training_provenance(cfg),
-        "init": cfg.init,
+        **init_provenance(cfg.init),
         "member_start": config.member_start,
         "score_ema": config.score_ema,
         "amount": config.amount,

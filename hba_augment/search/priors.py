@@ -23,22 +23,32 @@ Names (:func:`parse_init` reads them without importing torch):
   two points ``0.5 -+ 1/sqrt(12)`` of the range (0.211 and 0.789), the two-point distribution with the
   uniform one's mean and variance. For the enhancers that is the symmetric pair of factors 0.48 and 1.52.
   The ranges are this space's (PBA's), narrower than TA's "wide" ones for the geometric ops.
+* a path to a schedule file (any name ending in ``.json``, :meth:`~hba_augment.schedule.Schedule.load`): the
+  policy of its last entry, with its ``count_probs``, so that a search can refine a schedule a user already
+  has (a schedule that ramps up, as PBA's, ends at its strongest). The file is read when the prior is
+  built; :func:`init_provenance` records its SHA-256 so that a searched schedule names the start it had.
+  Probabilities of 0 or 1 and magnitudes at the ends of their ranges are allowed: the gradient search's
+  ``lambda`` starts a hair inside them (:func:`~hba_augment.search.hparams.init_hparams`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 if TYPE_CHECKING:  # the schedule imports torch; parsing a name must not
     from hba_augment.schedule import Schedule
 
-__all__ = ["INIT_KINDS", "PAPER_FRACTION", "Prior", "parse_init", "prior_policy", "start_schedule"]
+__all__ = ["INIT_KINDS", "PAPER_FRACTION", "Prior", "init_provenance", "parse_init", "prior_policy", "start_schedule"]
 
-#: The kinds of names :func:`parse_init` accepts (``uniform`` takes a fraction: ``uniform:0.3``).
-INIT_KINDS = ("paper", "identity", "uniform", "trivialaugment")
+#: The kinds of names :func:`parse_init` accepts (``uniform`` takes a fraction: ``uniform:0.3``; ``schedule``
+#: is any path ending in ``.json``).
+INIT_KINDS = ("paper", "identity", "uniform", "trivialaugment", "schedule")
+_SCHEDULE_SUFFIX = ".json"
 #: The paper's initial position of every hyperparameter inside its range (``0.95 lo + 0.05 hi``).
 PAPER_FRACTION = 0.05
 # TrivialAugment: one of 14 choices per image, one of which is the identity.
@@ -60,15 +70,23 @@ class Prior(NamedTuple):
 def parse_init(init: str) -> tuple[str, float | None]:
     """Split a starting-policy name into its kind and its fraction (``None`` unless ``uniform:F``).
 
+    A name ending in ``.json`` is a schedule file (kind ``"schedule"``); it must exist. Its content is
+    checked when the prior is built (:func:`prior_policy`), which imports torch.
+
     Raises:
-        ValueError: an unknown name, or a fraction that is not a number strictly between 0 and 1.
+        ValueError: an unknown name, a fraction that is not a number strictly between 0 and 1, or a schedule
+            file that does not exist.
     """
     if not isinstance(init, str):
         raise ValueError(f"init must be a string such as 'paper' or 'uniform:0.3', got {init!r}")
+    if init.lower().endswith(_SCHEDULE_SUFFIX):
+        if not Path(init).expanduser().is_file():
+            raise ValueError(f"init names a schedule file that does not exist: {init!r}")
+        return "schedule", None
     kind, sep, rest = init.partition(":")
-    if kind not in INIT_KINDS or (kind == "uniform") != bool(sep):
-        raise ValueError(f"init must be one of 'paper', 'identity', 'uniform:F' (0 < F < 1) or 'trivialaugment', "
-                         f"got {init!r}")
+    if kind not in INIT_KINDS or kind == "schedule" or (kind == "uniform") != bool(sep):
+        raise ValueError(f"init must be one of 'paper', 'identity', 'uniform:F' (0 < F < 1), 'trivialaugment' "
+                         f"or a schedule file ending in '.json', got {init!r}")
     if kind != "uniform":
         return kind, None
     try:
@@ -92,6 +110,12 @@ def prior_policy(init: str) -> Prior:
     from hba_augment.functional import DEFAULT_COUNT_PROBS, NUM_COPIES, OPS
 
     kind, fraction = parse_init(init)
+    if kind == "schedule":
+        from hba_augment.schedule import Schedule
+
+        schedule = Schedule.load(Path(init).expanduser())
+        return Prior(schedule.prob[-1].astype(np.float64), schedule.mag[-1].astype(np.float64),
+                     tuple(schedule.count_probs))
     has_mag = np.array([spec.has_magnitude for spec in OPS])
     low = np.array([spec.low if spec.has_magnitude else np.nan for spec in OPS])
     high = np.array([spec.high if spec.has_magnitude else np.nan for spec in OPS])
@@ -128,6 +152,22 @@ def start_schedule(init: str, count_probs: tuple[float, ...] | None = None) -> S
 
     prior = prior_policy(init)
     counts = prior.count_probs if count_probs is None else tuple(count_probs)
-    return Schedule.constant(prior.prob, prior.mag, name=f"start-{init.replace(':', '-')}", count_probs=counts,
+    label = Path(init).stem if parse_init(init)[0] == "schedule" else init.replace(":", "-")
+    source = init_provenance(init)
+    del source["init"]  # named by the control's own words; what is left is a file's hash
+    return Schedule.constant(prior.prob, prior.mag, name=f"start-{label}", count_probs=counts,
                              provenance={"control": f"the search's starting policy {init!r} held for every epoch "
-                                         "(hba_augment.search.priors)"})
+                                         "(hba_augment.search.priors)", **source})
+
+
+def init_provenance(init: str) -> dict[str, Any]:
+    """What a searched schedule's provenance records of its start: ``{"init": init}``, and for a schedule file
+    also ``"init_sha256"``, the hash of the file's bytes, since a path alone does not say what it held.
+
+    Raises:
+        ValueError: a bad name (:func:`parse_init`).
+    """
+    kind, _ = parse_init(init)
+    if kind != "schedule":
+        return {"init": init}
+    return {"init": init, "init_sha256": hashlib.sha256(Path(init).expanduser().read_bytes()).hexdigest()}
