@@ -105,7 +105,8 @@ def prior_policy(init: str) -> Prior:
         :class:`Prior` with ``prob`` and ``mag`` of shape ``(2, 15)``.
 
     Raises:
-        ValueError: an unknown name (:func:`parse_init`).
+        ValueError: an unknown name (:func:`parse_init`), or a schedule file that is not a valid schedule
+            (:meth:`~hba_augment.schedule.Schedule.load` names the field).
     """
     from hba_augment.functional import DEFAULT_COUNT_PROBS, NUM_COPIES, OPS
 
