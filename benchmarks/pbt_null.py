@@ -125,9 +125,9 @@ def _steps(cfg: dict) -> dict:
     """The explore settings of a search of the settings ``cfg`` (:func:`_null_settings`), as keyword arguments
     of :func:`~hba_augment.search.pbt.explore`, :func:`~hba_augment.search.pbt.start_policies` and
     :func:`~hba_augment.search.pbt.exploit`."""
+    prior = prior_policy(cfg["init"])
     return {"resample_prob": cfg["resample_prob"], "max_shift": cfg["max_shift"],
-            "hold": pbt.amount_target(cfg["amount"], cfg["init"]),
-            "anchor": pbt.resample_anchor(cfg["resample"], cfg["init"])}
+            "hold": pbt.amount_target(cfg["amount"], prior), "anchor": pbt.resample_anchor(cfg["resample"], prior)}
 
 
 def _explore_of(cfg: dict) -> Explore:

@@ -521,12 +521,17 @@ def check_checkpoint(
         raise ValueError(f"cannot resume from {path}: {data_mismatch}")
 
 
-def checkpoint_state(worker: Any, format: str, version: int, **parts: Any) -> dict[str, Any]:
-    """A worker's checkpoint: format, config, data fingerprint and counters around its own ``parts``."""
+def checkpoint_state(worker: Any, format: str, version: int, *, config: dict[str, Any] | None = None,
+                     **parts: Any) -> dict[str, Any]:
+    """A worker's checkpoint: format, settings, data fingerprint and counters around its own ``parts``.
+
+    Args:
+        config: the settings a resume must match (:func:`check_checkpoint`; ``None``: ``worker.config.to_dict()``).
+    """
     return {
         "format": format,
         "version": version,
-        "config": worker.config.to_dict(),
+        "config": worker.config.to_dict() if config is None else config,
         "data_fingerprint": worker.fingerprint,
         "epoch": worker.epoch,
         "step": worker.step,

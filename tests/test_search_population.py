@@ -187,10 +187,10 @@ def test_a_resample_to_the_prior_makes_the_uniform_resamples_draws_and_puts_the_
     """``anchor``: where the uniform explore resampled a value, the anchored one puts the prior's there; every
     other value is the uniform explore's shift, and both consume the same draws."""
     prior = prior_policy("trivialaugment")
-    anchor = pbt.resample_anchor("prior", "trivialaugment")
+    anchor = pbt.resample_anchor("prior", prior_policy("trivialaugment"))
     np.testing.assert_array_equal(anchor[0], prior.prob)
     np.testing.assert_array_equal(anchor[1], prior.mag)
-    assert pbt.resample_anchor("uniform", "trivialaugment") is None
+    assert pbt.resample_anchor("uniform", prior_policy("trivialaugment")) is None
     policy = pbt.explore(prior.prob, prior.mag, np.random.default_rng(0), max_shift=0, resample_prob=1.0)  # far away
     uniform_rng, anchored_rng = np.random.default_rng(5), np.random.default_rng(5)
     uniform = pbt.explore(*policy, uniform_rng, resample_prob=0.5)
@@ -210,7 +210,7 @@ def test_a_resample_to_the_prior_makes_the_uniform_resamples_draws_and_puts_the_
     expected = pbt.explore(*policy, np.random.default_rng(1), resample_prob=0.0)
     np.testing.assert_array_equal(shifted[0], expected[0])
     with pytest.raises(ValueError, match="resample must be one of"):
-        pbt.resample_anchor("near", "trivialaugment")
+        pbt.resample_anchor("near", prior_policy("trivialaugment"))
     with pytest.raises(ValueError, match="shape"):
         pbt.explore(*policy, np.random.default_rng(1), anchor=(prior.prob[0], prior.mag))
 
@@ -284,8 +284,8 @@ def test_hold_amount_names_a_bad_target(target):
 def test_a_held_explore_makes_the_free_explores_draws_then_shifts_back():
     """Holding draws nothing: a held search makes the same explore draws as the free search of its seed."""
     prior = prior_policy("trivialaugment")
-    target = pbt.amount_target("held", "trivialaugment")
-    assert target == pytest.approx((prior.prob.mean(), 0.5)) and pbt.amount_target("free", "trivialaugment") is None
+    target = pbt.amount_target("held", prior)
+    assert target == pytest.approx((prior.prob.mean(), 0.5)) and pbt.amount_target("free", prior) is None
     free_rng, held_rng = np.random.default_rng(4), np.random.default_rng(4)
     free = pbt.explore(prior.prob, prior.mag, free_rng)
     held = pbt.explore(prior.prob, prior.mag, held_rng, hold=target)
@@ -299,7 +299,7 @@ def test_a_held_explore_makes_the_free_explores_draws_then_shifts_back():
     _, new_prob, new_mag, copies = pbt.exploit(probs, mags, [0.9, 0.1, 0.5, 0.6], 3, 7, hold=target)
     assert copies and all(pbt.amount(new_prob[loser], new_mag[loser]) == pytest.approx(target) for loser, _ in copies)
     with pytest.raises(ValueError, match="amount must be one of"):
-        pbt.amount_target("fixed", "trivialaugment")
+        pbt.amount_target("fixed", prior_policy("trivialaugment"))
 
 
 # --------------------------------------------------------------------------------------- whole searches
@@ -561,6 +561,38 @@ def test_a_search_from_a_schedule_file_refines_its_last_entry(fake_data, tmp_pat
     prov = result.schedule.provenance
     assert prov["init"] == str(path) and prov["init_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
     assert tuple(result.schedule.count_probs) == (0.5, 0.5)
+
+
+def test_a_schedule_file_is_read_once_per_session_and_an_edited_one_does_not_resume(fake_data, tmp_path: Path):
+    """A file edited during a session changes nothing of it (members resampled to the prior stay at the
+    policy read at the start; the provenance hashes that file), and the next session refuses to resume."""
+    path = tmp_path / "mine.json"
+    start = Schedule.constant(*prior_policy("trivialaugment")[:2], name="mine", count_probs=(0.5, 0.5))
+    start.save(path)
+    original, digest = path.read_bytes(), hashlib.sha256(path.read_bytes()).hexdigest()
+    config = _config(resample="prior", resample_prob=1.0, exploit_every=2)
+    config.search = dataclasses.replace(config.search, init=str(path), count_probs=None)
+
+    def edit_after_round_1(message: str) -> None:
+        if message.startswith("round 1/"):
+            Schedule.constant(start.prob[0] * 0.5, start.mag[0], name="edited", count_probs=(0.5, 0.5)).save(path)
+
+    result = run_population_search(config, tmp_path / "whole", data=fake_data, plot=False, log=edit_after_round_1)
+    assert any(record["copies"] for record in result.metrics)  # the second round's members were resampled
+    np.testing.assert_allclose(result.schedule.prob, np.broadcast_to(start.prob[0], result.schedule.prob.shape),
+                               atol=1e-9)
+    assert result.schedule.provenance["init_sha256"] == digest
+
+    def stop_after_round_1(message: str) -> None:
+        if message.startswith("round 1/"):
+            raise KeyboardInterrupt
+
+    path.write_bytes(original)
+    with pytest.raises(KeyboardInterrupt):
+        run_population_search(config, tmp_path / "cut", data=fake_data, plot=False, log=stop_after_round_1)
+    edit_after_round_1("round 1/")
+    with pytest.raises(ValueError, match=f"init_sha256: checkpoint '{digest}' vs now '[0-9a-f]{{64}}'"):
+        run_population_search(config, tmp_path / "cut", resume=True, data=fake_data, plot=False, log=lambda m: None)
 
 
 def test_another_seed_gives_another_search(fake_data, tmp_path: Path):

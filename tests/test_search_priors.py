@@ -137,6 +137,32 @@ def test_a_missing_or_bad_schedule_file_is_refused(tmp_path: Path):
         prior_policy(str(bad))
 
 
+def test_a_search_from_an_edited_schedule_file_does_not_resume(tiny, tmp_path: Path):
+    """The file's hash is among the checkpoint's settings: after an edit, resuming would pull lambda back
+    to another start than the one it began with, and the provenance would name a file it never read."""
+    path = _ramp_file(tmp_path / "ramp.json")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    quiet = {"progress": False, "log": lambda m: None, "plot": False, "data": tiny}
+    config = _config(epochs=2, init=str(path), prior_decay=1.0)
+
+    class Stop(Exception):
+        pass
+
+    def stop(metrics):
+        raise Stop
+
+    with pytest.raises(Stop):
+        run_search(config, tmp_path / "cut", on_epoch_end=stop, **quiet)
+    original = path.read_bytes()
+    saved = Schedule.load(path)
+    Schedule(saved.prob * 0.5, saved.mag, name="edited", count_probs=saved.count_probs).save(path)
+    with pytest.raises(ValueError, match=f"init_sha256: checkpoint '{digest}' vs now '[0-9a-f]{{64}}'"):
+        run_search(config, tmp_path / "cut", resume=True, **quiet)
+    path.write_bytes(original)
+    resumed = run_search(config, tmp_path / "cut", resume=True, **quiet)
+    assert resumed.schedule.provenance["init_sha256"] == digest and resumed.schedule.provenance["sessions"] == 2
+
+
 def test_start_schedule_is_the_prior_held():
     schedule = start_schedule("uniform:0.3", count_probs=(0.5, 0.5))
     prior = prior_policy("uniform:0.3")

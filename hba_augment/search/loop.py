@@ -488,6 +488,8 @@ class _Search(_runner.WorkerBase):
             self.hm.to(memory_format=torch.channels_last)
         self.hparams = init_hparams(cfg.init, device=dev).requires_grad_(True)
         self.hparams_start = self.hparams.detach().clone()  # what --prior-decay pulls back to
+        # Read with the start: a schedule file's hash is among the settings a resume must match.
+        self.init_source = init_provenance(cfg.init)
         # --hparam-accumulate: the sum of the gradients since lambda's last step, and their number.
         self.hgrad_pending = torch.zeros_like(self.hparams_start)
         self.hgrad_pending_steps = 0
@@ -808,7 +810,7 @@ class _Search(_runner.WorkerBase):
             "t_train": cfg.t_train,
             "t_val": cfg.t_val,
             "val_bn": cfg.val_bn,
-            **init_provenance(cfg.init),
+            **self.init_source,
             "prior_decay": cfg.prior_decay,
             "hparam_accumulate": cfg.hparam_accumulate,
             "objective": cfg.objective,
@@ -832,7 +834,7 @@ class _Search(_runner.WorkerBase):
     def state_dict(self) -> dict[str, Any]:
         """The search's state; with several processes it holds every rank's random streams (a collective)."""
         return _runner.checkpoint_state(
-            self, _CHECKPOINT_FORMAT, _CHECKPOINT_VERSION,
+            self, _CHECKPOINT_FORMAT, _CHECKPOINT_VERSION, config=self._settings(),
             **_runner.rank_rng_state(self.device, self._generators(), self.dist),
             model=self.hm.state_dict(),
             optimizer=self.opt.state_dict(),
@@ -847,13 +849,18 @@ class _Search(_runner.WorkerBase):
             metrics=json.loads(json.dumps(self.records)),
         )
 
+    def _settings(self) -> dict[str, Any]:
+        """What a checkpoint's resume must match: the config, and an ``init`` schedule file's hash as it was
+        read when this session built ``lambda``'s start (an edited file does not resume)."""
+        return {**self.config.to_dict(), **self.init_source}
+
     def _generators(self) -> dict[str, torch.Generator]:
         return {"data": self.g_data, "noise": self.g_noise, "augment": self.g_aug}
 
     def load_state_dict(self, state: dict[str, Any], path: Path) -> None:
         _runner.check_checkpoint(
             state, path, format=_CHECKPOINT_FORMAT, version=_CHECKPOINT_VERSION, kind="HBA search",
-            config=self.config.to_dict(), resume_free=_RESUME_FREE, data_fingerprint=self.fingerprint,
+            config=self._settings(), resume_free=_RESUME_FREE, data_fingerprint=self.fingerprint,
             settings="the search settings", device=self.device, added_fields=_ADDED_FIELDS,
             data_mismatch="the training/validation images differ from the checkpoint's (different data files?)",
         )

@@ -42,7 +42,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from hba_augment._space import MAGNITUDE_OPS, NUM_COPIES, NUM_OPS, OP_RANGES
-from hba_augment.search.priors import prior_policy
+from hba_augment.search.priors import Prior
 
 __all__ = [
     "AMOUNTS",
@@ -209,31 +209,28 @@ def hold_amount(prob: np.ndarray, mag: np.ndarray, target: tuple[float, float]) 
     return _shift_to_mean(prob, float(target[0])), new_mag
 
 
-def amount_target(mode: str, init: str) -> tuple[float, float] | None:
-    """What a search with ``--amount mode`` and ``--init init`` holds its members to: the :func:`amount` of the
-    ``init`` prior (:func:`~hba_augment.search.priors.prior_policy`) for ``"held"``, ``None`` (nothing held)
-    for ``"free"``.
+def amount_target(mode: str, prior: Prior) -> tuple[float, float] | None:
+    """What a search with ``--amount mode`` that starts at ``prior`` (its ``--init``,
+    :func:`~hba_augment.search.priors.prior_policy`) holds its members to: the prior's :func:`amount` for
+    ``"held"``, ``None`` (nothing held) for ``"free"``.
 
     Raises:
-        ValueError: ``mode`` is not one of :data:`AMOUNTS`, or ``init`` is not a prior's name.
+        ValueError: ``mode`` is not one of :data:`AMOUNTS`.
     """
     check_settings(amount=mode)
-    if mode == "free":
-        return None
-    prior = prior_policy(init)
-    return amount(prior.prob, prior.mag)
+    return None if mode == "free" else amount(prior.prob, prior.mag)
 
 
-def resample_anchor(mode: str, init: str) -> tuple[np.ndarray, np.ndarray] | None:
-    """What a search with ``--resample mode`` and ``--init init`` resamples its values to: the ``init`` prior's
-    ``(prob, mag)`` (:func:`~hba_augment.search.priors.prior_policy`) for ``"prior"``, ``None`` (a uniform
-    draw) for ``"uniform"``.
+def resample_anchor(mode: str, prior: Prior) -> tuple[np.ndarray, np.ndarray] | None:
+    """What a search with ``--resample mode`` that starts at ``prior`` (its ``--init``,
+    :func:`~hba_augment.search.priors.prior_policy`) resamples its values to: the prior's ``(prob, mag)`` for
+    ``"prior"``, ``None`` (a uniform draw) for ``"uniform"``.
 
     Raises:
-        ValueError: ``mode`` is not one of :data:`RESAMPLES`, or ``init`` is not a prior's name.
+        ValueError: ``mode`` is not one of :data:`RESAMPLES`.
     """
     check_settings(resample=mode)
-    return None if mode == "uniform" else prior_policy(init)[:2]
+    return None if mode == "uniform" else (prior.prob, prior.mag)
 
 
 def _explore_fractions(frac: np.ndarray, rng: np.random.Generator, resample_prob: float, max_shift: int,

@@ -37,7 +37,9 @@ random draw comes from generators seeded from ``seed`` and the member's index, s
 Files: ``schedule.json`` (with provenance), ``metrics.jsonl`` (one line per round: every member's
 validation accuracy, the copies made, the policies' means), ``schedule.png`` and ``checkpoint.pt``
 (after every round, with the members' files of the last round: ``resume=True`` continues at a round
-boundary, bit for bit on the CPU). The members' files are removed once the schedule is written.
+boundary, bit for bit on the CPU). The members' files are removed once the schedule is written. An ``init``
+schedule file is read only as a session starts; its SHA-256 is among the checkpoint's settings, so a
+session refuses to resume from a file edited since the search began.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -72,7 +74,7 @@ from hba_augment.search.loop import (
     load_search_data,
     training_provenance,
 )
-from hba_augment.search.priors import init_provenance, prior_policy
+from hba_augment.search.priors import Prior, init_provenance, prior_policy
 
 __all__ = ["MEMBERS_FOLDER", "PopulationConfig", "run_population_search"]
 
@@ -164,20 +166,27 @@ class PopulationConfig:
                            member_start=self.member_start, score_ema=self.score_ema, amount=self.amount,
                            resample=self.resample)
 
-    @property
-    def hold(self) -> tuple[float, float] | None:
-        """The amount every member is held to (``None``: free)."""
-        return pbt.amount_target(self.amount, self.search.init)
-
-    @property
-    def anchor(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """The policy a resampled value returns to (``None``: a uniform draw)."""
-        return pbt.resample_anchor(self.resample, self.search.init)
-
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-compatible values, the search's fields first (one flat record)."""
         own = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "search"}
         return {**self.search.to_dict(), **own, "exploit_every": self.every, "population_procs": self.procs}
+
+
+class _Init(NamedTuple):
+    """What a session reads of the search's ``init`` once, as it starts (:func:`_read_init`): a schedule file
+    edited while the search runs changes nothing of that session, and a session that resumes refuses an
+    edited file (its hash, in ``provenance``, is among the checkpoint's settings)."""
+
+    prior: Prior
+    hold: tuple[float, float] | None  # the amount every member is held to (None: free)
+    anchor: tuple[np.ndarray, np.ndarray] | None  # what a resampled value returns to (None: a uniform draw)
+    provenance: dict[str, Any]  # init_provenance: the name, and a file's hash
+
+
+def _read_init(config: PopulationConfig) -> _Init:
+    prior = prior_policy(config.search.init)
+    return _Init(prior, pbt.amount_target(config.amount, prior), pbt.resample_anchor(config.resample, prior),
+                  init_provenance(config.search.init))
 
 
 @dataclass
@@ -313,13 +322,12 @@ class _Pool:
         self.processes, self.inboxes = [], []
 
 
-def _start(config: PopulationConfig) -> _History:
+def _round_0(config: PopulationConfig, init: _Init) -> _History:
     """Round 0's plan: member 0 at the start policy, the others at explored copies of it or at the start
     itself (``config.member_start``)."""
-    prior = prior_policy(config.search.init)
-    prob, mag = pbt.start_policies(prior.prob, prior.mag, config.population, config.search.seed,
+    prob, mag = pbt.start_policies(init.prior.prob, init.prior.mag, config.population, config.search.seed,
                                    member_start=config.member_start, resample_prob=config.resample_prob,
-                                   max_shift=config.max_shift, hold=config.hold, anchor=config.anchor)
+                                   max_shift=config.max_shift, hold=init.hold, anchor=init.anchor)
     return _History(plan_parents=list(range(config.population)), plan_prob=prob, plan_mag=mag)
 
 
@@ -347,11 +355,12 @@ def _tasks(out: Path, history: _History, r: int, epochs: int, resumed: bool) -> 
     return tasks
 
 
-def _exploit(config: PopulationConfig, history: _History, scores: list[float], r: int) -> list[tuple[int, int]]:
+def _exploit(config: PopulationConfig, init: _Init, history: _History, scores: list[float],
+             r: int) -> list[tuple[int, int]]:
     """Truncation selection on ``scores`` and the next round's plan (copies with explored policies)."""
     history.plan_parents, history.plan_prob, history.plan_mag, copies = pbt.exploit(
         history.plan_prob, history.plan_mag, scores, config.search.seed, r, quantile=config.quantile,
-        resample_prob=config.resample_prob, max_shift=config.max_shift, hold=config.hold, anchor=config.anchor)
+        resample_prob=config.resample_prob, max_shift=config.max_shift, hold=init.hold, anchor=init.anchor)
     return copies
 
 
@@ -395,8 +404,8 @@ def _schedule(config: PopulationConfig, history: _History, starts: list[int], pr
     return Schedule(prob, mag, name=config.search.name, count_probs=config.search.count_probs, provenance=provenance)
 
 
-def _provenance(config: PopulationConfig, history: _History, train: Any, val: Any, source: str, device: torch.device,
-                command: str) -> dict[str, Any]:
+def _provenance(config: PopulationConfig, init: _Init, history: _History, train: Any, val: Any, source: str,
+                device: torch.device, command: str) -> dict[str, Any]:
     cfg = config.search
     return {
         "dataset": cfg.dataset,
@@ -423,7 +432,7 @@ def _provenance(config: PopulationConfig, history: _History, train: Any, val: An
                     "levels": pbt.EXPLORE_LEVELS},
         "truncation_quantile": config.quantile,
         **training_provenance(cfg),
-        **init_provenance(cfg.init),
+        **init.provenance,
         "member_start": config.member_start,
         "score_ema": config.score_ema,
         "amount": config.amount,
@@ -489,12 +498,14 @@ def run_population_search(
         source = "in-memory data passed to run_population_search"
     device = torch.device(cfg.device)
     fingerprint = _runner.fingerprint(train.images, train.labels, val.images, val.labels)
-    history = _start(config)
+    init = _read_init(config)
+    settings = {**config.to_dict(), **init.provenance}  # with a schedule file's hash: an edited file does not resume
+    history = _round_0(config, init)
     resumed = False
     if resume and files["checkpoint"].exists():
         state = torch.load(files["checkpoint"], map_location="cpu", weights_only=True)
         _runner.check_checkpoint(state, files["checkpoint"], format=_CHECKPOINT_FORMAT, version=_CHECKPOINT_VERSION,
-                                 kind="population search", config=config.to_dict(), resume_free=_RESUME_FREE,
+                                 kind="population search", config=settings, resume_free=_RESUME_FREE,
                                  added_fields=_ADDED_FIELDS,
                                  data_fingerprint=fingerprint, settings="the search settings", device=device,
                                  data_mismatch="the training/validation images differ from the checkpoint's")
@@ -531,7 +542,7 @@ def run_population_search(
             history.prob.append(prob)
             history.mag.append(mag)
             history.val_acc.append(scores)
-            copies = _exploit(config, history, scores, r) if r + 1 < len(starts) else []
+            copies = _exploit(config, init, history, scores, r) if r + 1 < len(starts) else []
             seconds = time.perf_counter() - start
             history.wall_seconds += seconds
             lr = _runner.lr_at(cfg, last * steps_per_epoch - 1, steps_per_epoch)
@@ -539,7 +550,7 @@ def run_population_search(
             metrics["wall_seconds"] = history.wall_seconds
             history.metrics.append(metrics)
             _runner.save_checkpoint(
-                {"format": _CHECKPOINT_FORMAT, "version": _CHECKPOINT_VERSION, "config": config.to_dict(),
+                {"format": _CHECKPOINT_FORMAT, "version": _CHECKPOINT_VERSION, "config": settings,
                  "data_fingerprint": fingerprint, **history.state()}, files["checkpoint"])
             _runner.write_jsonl(files["metrics"], history.metrics)
             # Every load of this round happened before its training: last round's files are done with.
@@ -552,7 +563,7 @@ def run_population_search(
     finally:
         if pool is not None:
             pool.close()
-    provenance = _provenance(config, history, train, val, source, device, command)
+    provenance = _provenance(config, init, history, train, val, source, device, command)
     schedule = _schedule(config, history, starts, provenance)
     schedule.save(files["schedule"])
     _runner.write_jsonl(files["metrics"], history.metrics)
