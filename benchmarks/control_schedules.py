@@ -10,6 +10,13 @@
 - ``delayed``: the learned schedule started ``--delay`` entries late, its search's start policy filling the
   first entries (its last ``--delay`` entries dropped): the same walk ramped later. Is it the ramp's timing
   that helps, rather than what the ramp reaches?
+- ``ramped``: the learned schedule's last entry, its probabilities scaled down at the start so that the
+  expected number of ops applied per image rises linearly from 0 at the first entry to the entry's own at
+  the fraction ``--ramp`` of the entries, then held (magnitudes held throughout): the shape of PBA's
+  schedule (no augmentation at first) given to any policy. Is it the ramp that helps a schedule, whatever
+  the policy it ramps to? (The ops applied, not the probabilities, ramp linearly: with 30 slots and at most
+  K ops per image, slot probabilities saturate; PBA's schedule applies nearly its final number of ops once
+  its mean probability passes 0.1, a tenth of the way into its epochs.)
 - ``shuffled``: the learned schedule with its op identities permuted (same probabilities and relative
   magnitudes, wrong ops): is it the choice of ops that helps, or just the amount of augmentation?
 
@@ -41,9 +48,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from hba_augment.functional import NUM_OPS, OP_NAMES, OPS
 from hba_augment.schedule import Schedule
+from hba_augment.search.hyper_input import applied_probability
 from hba_augment.search.priors import prior_policy
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,6 +64,9 @@ IMAGE_SIZE = 32
 _LOW = np.array([s.low if s.has_magnitude else np.nan for s in OPS])
 _HIGH = np.array([s.high if s.has_magnitude else np.nan for s in OPS])
 _HAS_MAG = np.array([s.has_magnitude for s in OPS])
+#: Entries of a ramped control: PBA's schedule has one per epoch of its 200-epoch search; 100 make the ramp
+#: smooth enough for any run.
+RAMP_ENTRIES = 100
 
 
 def pba_magnitude(op: str, level: int) -> tuple[float | None, bool]:
@@ -179,6 +191,43 @@ def delayed_schedule(learned: Schedule, delay: int) -> Schedule:
         "note": "a comparison control for benchmarks; never shipped"})
 
 
+def ramped_schedule(learned: Schedule, ramp: float, entries: int = RAMP_ENTRIES) -> Schedule:
+    """``learned``'s last entry over ``entries`` entries (``HBAPolicy`` stretches a schedule to a run's epochs,
+    so the ramp is a fraction of any run), magnitudes held, probabilities scaled at entry ``e`` by the factor
+    that makes the expected number of ops applied per image (:func:`~hba_augment.search.hyper_input.applied_probability`
+    summed over the slots, under the schedule's ``count_probs``) ``min(1, e / (ramp * entries))`` times the
+    entry's own: 0 at the first entry, the entry itself from ``ramp * entries`` on.
+
+    Raises:
+        ValueError: ``ramp`` not in (0, 1], or ``entries`` < 2.
+    """
+    if isinstance(ramp, bool) or not isinstance(ramp, (int, float)) or not 0 < ramp <= 1:
+        raise ValueError(f"ramp must be a fraction of the entries in (0, 1], got {ramp!r}")
+    if isinstance(entries, bool) or not isinstance(entries, int) or entries < 2:
+        raise ValueError(f"entries must be an int >= 2, got {entries!r}")
+    last = torch.tensor(learned.prob[-1], dtype=torch.float64)  # a copy: schedule arrays are read-only
+
+    def applied(scale: float) -> float:
+        return float(applied_probability(scale * last, learned.count_probs).sum())
+
+    full = applied(1.0)
+    scales = []
+    for e in range(entries):
+        share = min(1.0, e / (ramp * entries))
+        low, high = 0.0, 1.0  # applied() rises with the scale: bisect to 1e-9
+        while 0 < share < 1 and high - low > 1e-9:
+            mid = (low + high) / 2
+            low, high = (mid, high) if applied(mid) < share * full else (low, mid)
+        scales.append(share if share in (0, 1) else (low + high) / 2)
+    prob = np.asarray(scales)[:, None, None] * learned.prob[-1]
+    return Schedule(prob, np.broadcast_to(learned.mag[-1], (entries, 2, NUM_OPS)),
+                    name=f"{learned.name}-ramp{round(100 * ramp)}", count_probs=learned.count_probs, provenance={
+                        "control": f"the last entry of {learned.name}, ramped from no augmentation: the expected "
+                                   f"number of ops applied per image rises linearly to the entry's over the first "
+                                   f"{ramp:g} of {entries} entries (probabilities scaled), magnitudes held",
+                        "note": "a comparison control for benchmarks; never shipped"})
+
+
 def shuffled_schedule(learned: Schedule, seed: int = 0) -> tuple[Schedule, list[str]]:
     """``learned`` with op identities permuted: op ``k``'s probabilities and relative magnitudes go to op
     ``perm[k]``, at every entry and in both copies (a derangement: every op moves).
@@ -216,8 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pba-epochs", type=int, default=200, help="epochs of PBA's search (its log's length)")
     p.add_argument("--seed", type=int, default=0, help="seed of the shuffled control's permutation")
     p.add_argument("--delay", type=int, help="also write delayed.json: the learned schedule this many entries late")
+    p.add_argument("--ramp", type=float, help="also write ramped.json: the learned schedule's last entry, its "
+                   "probabilities ramped up from 0 over this fraction of the epochs")
     p.add_argument("--out", required=True, help="folder for pba.json, initial.json, last.json, mean.json, shuffled.json "
-                   "(and delayed.json)")
+                   "(and delayed.json, ramped.json)")
     args = p.parse_args(argv)
     from hba_augment import pretrained
 
@@ -229,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, schedule in (("pba", pba_schedule(Path(args.pba_log), args.pba_epochs)), ("initial", initial_schedule()),
                            ("last", last_entry_schedule(learned)), ("mean", mean_schedule(learned)),
                            ("shuffled", shuffled),
-                           *((("delayed", delayed_schedule(learned, args.delay)),) if args.delay else ())):
+                           *((("delayed", delayed_schedule(learned, args.delay)),) if args.delay else ()),
+                           *((("ramped", ramped_schedule(learned, args.ramp)),) if args.ramp is not None else ())):
         schedule.save(out / f"{name}.json")
         ops = schedule.prob.sum(axis=(1, 2))
         print(f"{name}: {schedule.epochs} entries, expected fired slots per entry (sum of p) "

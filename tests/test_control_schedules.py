@@ -141,6 +141,34 @@ def test_delayed_control_is_the_same_walk_later_after_its_start(cs):
         cs.delayed_schedule(Schedule(prob, mag, name="bare"), 2)
 
 
+def test_ramped_control_applies_ops_linearly_more_up_to_the_last_entry_and_holds_it(cs):
+    from hba_augment.search.hyper_input import applied_probability
+
+    rng = np.random.default_rng(2)
+    prob = rng.uniform(0.2, 0.6, (3, 2, NUM_OPS))  # saturated: nearly K ops whenever K <= 2
+    mag = np.array([[[rng.uniform(o.low, o.high) if o.has_magnitude else np.nan for o in OPS]] * 2] * 3)
+    learned = Schedule(prob, mag, name="learned", count_probs=(0.2, 0.3, 0.5))
+    ramped = cs.ramped_schedule(learned, 0.5, entries=10)
+    assert ramped.epochs == 10 and ramped.name == "learned-ramp50" and tuple(ramped.count_probs) == (0.2, 0.3, 0.5)
+
+    def ops(p):
+        return float(applied_probability(torch.tensor(p, dtype=torch.float64), (0.2, 0.3, 0.5)).sum())
+
+    full = ops(prob[-1])
+    np.testing.assert_allclose([ops(p) for p in ramped.prob[:5]], np.arange(5) / 5 * full, atol=1e-6)
+    assert ops(0.4 * prob[-1]) > 0.5 * full  # a linear ramp of the probabilities would not be linear in ops
+    np.testing.assert_array_equal(ramped.prob[0], np.zeros((2, NUM_OPS)))
+    np.testing.assert_array_equal(ramped.prob[5:], np.broadcast_to(prob[-1], (5, 2, NUM_OPS)))
+    ratio = ramped.prob[3] / prob[-1]  # one scale for every slot: the mix of ops is kept
+    np.testing.assert_allclose(ratio, ratio.flat[0])
+    np.testing.assert_array_equal(ramped.mag, np.broadcast_to(mag[-1], (10, 2, NUM_OPS)))
+    for bad in (0, 1.5, True, "0.5"):
+        with pytest.raises(ValueError, match="ramp must be"):
+            cs.ramped_schedule(learned, bad)
+    with pytest.raises(ValueError, match="entries must be"):
+        cs.ramped_schedule(learned, 0.5, entries=1)
+
+
 def test_policy_items_and_labels(pq):
     assert pq._policy_arg("hba", "cifar10") == "hba:cifar10"
     assert pq._policy_arg("pba=hba:x/pba.json", "cifar10") == "hba:x/pba.json"
