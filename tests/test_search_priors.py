@@ -144,15 +144,7 @@ def test_a_search_from_an_edited_schedule_file_does_not_resume(tiny, tmp_path: P
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     quiet = {"progress": False, "log": lambda m: None, "plot": False, "data": tiny}
     config = _config(epochs=2, init=str(path), prior_decay=1.0)
-
-    class Stop(Exception):
-        pass
-
-    def stop(metrics):
-        raise Stop
-
-    with pytest.raises(Stop):
-        run_search(config, tmp_path / "cut", on_epoch_end=stop, **quiet)
+    _interrupt_after_epoch_0(config, tmp_path / "cut", **quiet)
     original = path.read_bytes()
     saved = Schedule.load(path)
     Schedule(saved.prob * 0.5, saved.mag, name="edited", count_probs=saved.count_probs).save(path)
@@ -179,6 +171,19 @@ def test_the_search_samples_with_its_priors_count_probs():
 
 
 # ------------------------------------------------------------------------------- pull and accumulation
+def _interrupt_after_epoch_0(config: SearchConfig, out: Path, **kwargs) -> None:
+    """Run a search that is interrupted once its first epoch's checkpoint is written."""
+
+    class Stop(Exception):
+        pass
+
+    def stop(metrics):
+        raise Stop
+
+    with pytest.raises(Stop):
+        run_search(config, out, on_epoch_end=stop, **kwargs)
+
+
 def _val_steps(search, n):
     acc = {k: torch.zeros(()) for k in _ACC_KEYS}
     search.train_step(torch.arange(32), acc)  # phi_V is zero until one training step
@@ -232,16 +237,7 @@ def test_resume_mid_accumulation_is_bit_exact(tiny, tmp_path: Path):
     config = _config(epochs=3, hparam_accumulate=3, prior_decay=2.0, init="trivialaugment")
     quiet = {"progress": False, "log": lambda m: None, "plot": False, "data": tiny}
     full = run_search(config, tmp_path / "full", **quiet)
-
-    class Stop(Exception):
-        pass
-
-    def stop(metrics):
-        if metrics["epoch"] == 0:
-            raise Stop
-
-    with pytest.raises(Stop):
-        run_search(config, tmp_path / "cut", on_epoch_end=stop, **quiet)
+    _interrupt_after_epoch_0(config, tmp_path / "cut", **quiet)
     resumed = run_search(config, tmp_path / "cut", resume=True, **quiet)
     assert np.array_equal(resumed.schedule.prob, full.schedule.prob)
     prov = resumed.schedule.provenance
@@ -321,15 +317,7 @@ def test_teacher_search_resumes_bit_exact(tiny, tmp_path: Path):
     config = _config(epochs=2, objective="teacher", init="uniform:0.3")
     quiet = {"progress": False, "log": lambda m: None, "plot": False, "data": tiny}
     full = run_search(config, tmp_path / "full", **quiet)
-
-    class Stop(Exception):
-        pass
-
-    def stop(metrics):
-        raise Stop
-
-    with pytest.raises(Stop):
-        run_search(config, tmp_path / "cut", on_epoch_end=stop, **quiet)
+    _interrupt_after_epoch_0(config, tmp_path / "cut", **quiet)
     resumed = run_search(config, tmp_path / "cut", resume=True, **quiet)
     assert np.array_equal(resumed.schedule.prob, full.schedule.prob)
     assert resumed.schedule.provenance["objective"] == "teacher"
