@@ -194,6 +194,15 @@ def test_validation_step_normalises_as_configured(cifar, val_bn):
     assert all(torch.equal(before[k], v) for k, v in search.hm.state_dict().items())
 
 
+def test_the_provenance_names_the_commit_the_search_started_with(cifar, tmp_path: Path, monkeypatch):
+    """The checkout may move on while a long search runs; the schedule names the code that ran it."""
+    trained = []
+    monkeypatch.setattr(loop, "source_commit", lambda: "abc1234+later" if trained else "abc1234")
+    result = run_search(_config(epochs=1), tmp_path, progress=False, log=lambda m: None, plot=False,
+                        data=_tiny(cifar), on_epoch_end=trained.append)
+    assert trained and result.schedule.provenance["git_commit"] == "abc1234"
+
+
 def test_a_checkpoint_from_before_val_bn_and_init_resumes_with_their_old_values(cifar, tmp_path: Path):
     data = _tiny(cifar)
     quiet = {"progress": False, "log": lambda m: None, "plot": False, "data": data}

@@ -595,6 +595,15 @@ def test_a_schedule_file_is_read_once_per_session_and_an_edited_one_does_not_res
         run_population_search(config, tmp_path / "cut", resume=True, data=fake_data, plot=False, log=lambda m: None)
 
 
+def test_the_provenance_names_the_commit_the_search_started_with(fake_data, tmp_path: Path, monkeypatch):
+    """The checkout may move on while a long search runs; the schedule names the code that ran it."""
+    rounds = []
+    monkeypatch.setattr(_runner, "source_commit", lambda: "abc1234+later" if rounds else "abc1234")
+    result = run_population_search(_config(exploit_every=2), tmp_path / "s", data=fake_data, plot=False,
+                                   log=lambda m: rounds.append(m) if m.startswith("round ") else None)
+    assert rounds and result.schedule.provenance["git_commit"] == "abc1234"
+
+
 def test_another_seed_gives_another_search(fake_data, tmp_path: Path):
     config = _config()
     config.search.epochs = 2

@@ -431,6 +431,7 @@ class _Search(_runner.WorkerBase):
     def __init__(self, config: SearchConfig, train: Any, val: Any, log: Callable[[str], None],
                  dist_context: _distributed.DistContext | None = None) -> None:
         super().__init__(config, log, dist_context)
+        self.commit = source_commit()  # the code this session runs: taken now, not when the schedule is written
         self._place_data(train, val)
         self._plan_batches()
         self._build_model()
@@ -802,7 +803,7 @@ class _Search(_runner.WorkerBase):
             "wall_seconds": round(self.wall_seconds, 1),
             "device": describe_device(self.device),
             "package_version": __version__,
-            "git_commit": source_commit(),
+            "git_commit": self.commit,
             "command": command,
             **training_provenance(cfg),
             "hparam_lr": cfg.hparam_lr,

@@ -405,7 +405,7 @@ def _schedule(config: PopulationConfig, history: _History, starts: list[int], pr
 
 
 def _provenance(config: PopulationConfig, init: _Init, history: _History, train: Any, val: Any, source: str,
-                device: torch.device, command: str) -> dict[str, Any]:
+                device: torch.device, command: str, commit: str | None) -> dict[str, Any]:
     cfg = config.search
     return {
         "dataset": cfg.dataset,
@@ -420,7 +420,7 @@ def _provenance(config: PopulationConfig, init: _Init, history: _History, train:
         "wall_seconds": round(history.wall_seconds, 1),
         "device": _runner.describe_device(device),
         "package_version": __version__,
-        "git_commit": _runner.source_commit(),
+        "git_commit": commit,
         "command": command,
         "objective": "population",
         "population": config.population,
@@ -476,6 +476,7 @@ def run_population_search(
     """
     config.validate()
     session_start = time.perf_counter()
+    commit = _runner.source_commit()  # the code this session runs: taken now, not when the schedule is written
     if _distributed.current().distributed:
         raise ValueError("the population search runs its members as processes on one device; start it without "
                          "torchrun")
@@ -563,7 +564,7 @@ def run_population_search(
     finally:
         if pool is not None:
             pool.close()
-    provenance = _provenance(config, init, history, train, val, source, device, command)
+    provenance = _provenance(config, init, history, train, val, source, device, command, commit)
     schedule = _schedule(config, history, starts, provenance)
     schedule.save(files["schedule"])
     _runner.write_jsonl(files["metrics"], history.metrics)
