@@ -15,8 +15,8 @@
   the fraction ``--ramp`` of the entries, then held (magnitudes held throughout): the shape of PBA's
   schedule (no augmentation at first) given to any policy. Is it the ramp that helps a schedule, whatever
   the policy it ramps to? (The ops applied, not the probabilities, ramp linearly: with 30 slots and at most
-  K ops per image, slot probabilities saturate; PBA's schedule applies nearly its final number of ops once
-  its mean probability passes 0.1, a tenth of the way into its epochs.)
+  K ops per image, slot probabilities saturate: PBA's schedule applies no op for its first 12 epochs, then
+  1.23 of its final 1.30 ops per image from epoch 12 on, where its mean probability is only 0.11.)
 - ``shuffled``: the learned schedule with its op identities permuted (same probabilities and relative
   magnitudes, wrong ops): is it the choice of ops that helps, or just the amount of augmentation?
 
@@ -265,8 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pba-epochs", type=int, default=200, help="epochs of PBA's search (its log's length)")
     p.add_argument("--seed", type=int, default=0, help="seed of the shuffled control's permutation")
     p.add_argument("--delay", type=int, help="also write delayed.json: the learned schedule this many entries late")
-    p.add_argument("--ramp", type=float, help="also write ramped.json: the learned schedule's last entry, its "
-                   "probabilities ramped up from 0 over this fraction of the epochs")
+    p.add_argument("--ramp", type=float, help="also write ramped.json: the learned schedule's last entry, the "
+                   "number of ops it applies per image ramped up from 0 over this fraction of the epochs")
     p.add_argument("--out", required=True, help="folder for pba.json, initial.json, last.json, mean.json, shuffled.json "
                    "(and delayed.json, ramped.json)")
     args = p.parse_args(argv)
