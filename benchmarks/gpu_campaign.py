@@ -7,8 +7,11 @@ invocation runs whatever of it is not done yet, as much as fits in ``--budget`` 
 1. every search without a ``schedule.json`` starts at once (``hba-augment search``, each its own process), or
    only those named by ``--search``, or none with ``--no-search`` (a short call that should only train);
 2. the evaluations whose schedules exist start beside them, through ``benchmarks/policy_quality.py`` (one
-   invocation per split, so its records, reuse and tables are the benchmark's own);
-3. when a search finishes with enough time left (``--min-eval-seconds``), its own evaluations start;
+   invocation per split, so its records, reuse and tables are the benchmark's own), as many at a time as
+   ``--max-procs`` leaves slots for and as can still finish: a training slows as more processes share the
+   GPU, and the plan's ``train.wall_seconds`` (``{"<processes at once>": <seconds one training took>}``,
+   measured) says by how much;
+3. when a search finishes with enough time left for its runs, its own evaluations start;
 4. at the deadline everything still running is stopped (unfinished runs simply count as not done), each
    split's table is rebuilt from all finished records (``policy_quality.py --report-only``), and the
    campaign's new files are packed into one ``.tar.gz`` (``--pack``) for the device to send back.
@@ -58,7 +61,7 @@ TORCHVISION_POLICIES = ("none", "baseline", "cutout", "autoaugment", "randaugmen
 #: PBA's published schedule and its last policy held (written into ``schedules/`` by ``--prepare``).
 PBA_CONTROLS = ("pba", "pba-last")
 _PLAN_KEYS = {"name", "description", "data", "dataset", "search_args", "train", "searches", "evals"}
-_TRAIN_KEYS = {"model", "epochs", "train_size", "preset", "extra"}
+_TRAIN_KEYS = {"model", "epochs", "train_size", "preset", "extra", "wall_seconds"}
 _SPLIT_KEYS = {"seeds", "policies", "test_size"}
 
 
@@ -78,6 +81,11 @@ def load_plan(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ValueError(f"plan {path}: unknown keys {sorted(unknown)}, missing keys {sorted(missing)}")
     if not set(plan["train"]) <= _TRAIN_KEYS:
         raise ValueError(f"plan {path}: train takes {sorted(_TRAIN_KEYS)}, got {sorted(plan['train'])}")
+    walls = plan["train"].get("wall_seconds", {})
+    if not isinstance(walls, dict) or not all(
+            str(k).isdigit() and int(k) > 0 and isinstance(v, int | float) and v > 0 for k, v in walls.items()):
+        raise ValueError(f"plan {path}: train.wall_seconds maps processes at once (a positive integer) to the "
+                         f"seconds one training then takes, got {walls!r}")
     for split, spec in plan["evals"].items():
         if split not in ("val", "test") or not set(spec) <= _SPLIT_KEYS or not spec.get("policies"):
             raise ValueError(f"plan {path}: evals.{split} must be 'val' or 'test' with keys {sorted(_SPLIT_KEYS)} "
@@ -139,6 +147,23 @@ class Campaign:
 
     def left(self) -> float:
         return self.args.budget - (time.monotonic() - self.start)
+
+    def run_seconds(self, at_once: int) -> float:
+        """Seconds one training needs while ``at_once`` device processes run (searches' workers included), from
+        the plan's measured ``train.wall_seconds`` (linear between its counts; beyond the largest, in proportion
+        to the count; below the smallest, the smallest's), at least ``--min-eval-seconds``. Runs on one GPU are
+        bound by kernel launches on the host, so each one slows as more share it: on 2026-11-27 eight trainings
+        started with 315 s left on an H100 and none finished, where four beside a search took 283 s."""
+        table = sorted((int(k), float(v)) for k, v in self.plan["train"].get("wall_seconds", {}).items())
+        floor = self.args.min_eval_seconds
+        if not table:
+            return floor
+        if at_once >= table[-1][0]:
+            return max(floor, table[-1][1] * at_once / table[-1][0])
+        below = [(n, s) for n, s in table if n <= at_once] or [table[0]]
+        above = next((n, s) for n, s in table if n >= at_once)
+        (n0, s0), (n1, s1) = below[-1], above
+        return max(floor, s0 if n1 == n0 else s0 + (s1 - s0) * (at_once - n0) / (n1 - n0))
 
     # -- controls -----------------------------------------------------------------------------------
     def write_controls(self) -> None:
@@ -231,10 +256,12 @@ class Campaign:
                "--threads", str(self.args.threads), "--extra", extra.strip(), "--out", str(self.root / split)]
         return cmd + (["--test-size", str(spec["test_size"])] if spec.get("test_size") else [])
 
-    def start_evals(self, split: str, policies: list[str], jobs: int) -> None:
+    def start_evals(self, split: str, policies: list[str], jobs: int, min_seconds: float) -> None:
+        """One ``policy_quality.py`` process for ``policies`` on ``split``, ``jobs`` runs at a time, none started
+        with less than ``min_seconds`` of the budget left."""
         cmd = self.policy_quality(split, policies, "--jobs", str(max(1, jobs)), "--timeout",
                                   str(max(1.0, self.left() - self.args.margin)), "--keep-going",
-                                  "--min-run-seconds", str(self.args.min_eval_seconds))
+                                  "--min-run-seconds", str(min_seconds))
         self.launch(f"{split}: {', '.join(policies)}", cmd, self.root / split / "log.txt", max(1, jobs))
 
     def running(self) -> int:
@@ -256,16 +283,23 @@ class Campaign:
 
     # -- the whole call -----------------------------------------------------------------------------
     def launch_ready(self, pending: dict[str, list[str]]) -> None:
-        """Start, per split, the ``pending`` policies whose schedules exist, in plan order, in the slots that
-        ``--max-procs`` leaves free, and drop them from ``pending``; a policy waits while no slot is free."""
+        """Start, per split, the ``pending`` policies whose schedules exist, in plan order, and drop them from
+        ``pending``: as many runs at a time as ``--max-procs`` leaves slots for *and* as can still finish in the
+        budget at that many processes (``run_seconds``); a policy waits while none can."""
         for split, policies in pending.items():
             ready = [p for p in policies if self.ready(p)]
-            free = self.args.max_procs - self.running()
-            if ready and free > 0 and self.left() > self.args.min_eval_seconds:
-                jobs = min(free, self.runs_left(split, ready))
-                if jobs:  # none left: no process (its table is rebuilt by report() anyway)
-                    self.start_evals(split, ready, jobs)
-                pending[split] = [p for p in policies if p not in ready]
+            busy = self.running()
+            if not ready or busy >= self.args.max_procs:
+                continue
+            wanted = self.runs_left(split, ready)
+            time_left = self.left() - self.args.margin
+            jobs = max((j for j in range(1, min(self.args.max_procs - busy, wanted) + 1)
+                        if self.run_seconds(busy + j) < time_left), default=0)
+            if wanted and not jobs:
+                continue
+            if jobs:  # none left: no process (its table is rebuilt by report() anyway)
+                self.start_evals(split, ready, jobs, self.run_seconds(busy + jobs))
+            pending[split] = [p for p in policies if p not in ready]
 
     def run(self) -> int:
         self.write_controls()
@@ -314,7 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--margin", type=float, default=20.0,
                    help="seconds kept free at the end for the tables and the archive (default: 20)")
     p.add_argument("--min-eval-seconds", type=float, default=240.0,
-                   help="start an evaluation only with at least this much budget left (default: 240)")
+                   help="start an evaluation only with at least this much budget left, and more where the "
+                   "plan's train.wall_seconds says a run at that many processes at once takes longer (default: 240)")
     p.add_argument("--max-procs", type=int, default=8,
                    help="processes at a time, searches included, a population search counting one per worker "
                    "(default: 8)")

@@ -194,7 +194,8 @@ def test_a_population_search_s_slots_go_to_its_own_runs_when_it_ends(tmp_path: P
     search.poll = lambda: search.returncode
     campaign.procs.append(("search p", search, None, campaign.search_slots("p", plan["searches"]["p"])))
     started = []
-    monkeypatch.setattr(campaign, "start_evals", lambda split, policies, jobs: started.append((split, policies, jobs)))
+    monkeypatch.setattr(campaign, "start_evals",
+                        lambda split, policies, jobs, min_seconds: started.append((split, policies, jobs)))
     pending = {"test": list(plan["evals"]["test"]["policies"])}
     campaign.launch_ready(pending)
     assert started == [] and pending["test"] == ["hba:p", "null:p", "none"]  # null:p and none are ready, yet wait
@@ -203,3 +204,49 @@ def test_a_population_search_s_slots_go_to_its_own_runs_when_it_ends(tmp_path: P
     start_schedule("trivialaugment").save(campaign.search_dir("p") / "schedule.json")
     campaign.launch_ready(pending)
     assert started == [("test", ["hba:p", "null:p", "none"], 4)] and pending["test"] == []
+
+
+def _timed_campaign(tmp_path: Path, walls: dict[str, float], left: float) -> gpu_campaign.Campaign:
+    plan = {**_TINY, "train": {**_TINY["train"], "wall_seconds": walls},
+            "evals": {"test": {"seeds": [0, 1, 2], "policies": ["none", "cutout", "baseline"]}}}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    args = gpu_campaign.build_parser().parse_args([str(path), "--out", str(tmp_path / "c"), "--max-procs", "8"])
+    campaign = gpu_campaign.Campaign(gpu_campaign.load_plan(path), args)
+    campaign.left = lambda: left
+    return campaign
+
+
+def test_a_run_s_time_grows_with_the_processes_sharing_the_gpu(tmp_path: Path):
+    """``train.wall_seconds``: linear between measured counts, proportional beyond the largest, never below
+    ``--min-eval-seconds`` (240 by default)."""
+    campaign = _timed_campaign(tmp_path, {"1": 250, "8": 425}, left=600)
+    assert [campaign.run_seconds(n) for n in (1, 4, 8, 16)] == pytest.approx([250, 325, 425, 850])
+    assert _timed_campaign(tmp_path, {"2": 100}, left=600).run_seconds(1) == 240
+    assert _timed_campaign(tmp_path, {}, left=600).run_seconds(8) == 240
+
+
+@pytest.mark.parametrize(("left", "jobs"), [(600, 8), (350, 4), (285, 1), (250, 0)])
+def test_only_runs_that_can_finish_start(tmp_path: Path, monkeypatch, left: float, jobs: int):
+    """On 2026-11-27 a call with 345 s of budget started eight 200-epoch trainings on the H100 and none
+    finished; four would have (four beside a search took 283 s). The slots given are those whose runs fit."""
+    campaign = _timed_campaign(tmp_path, {"1": 250, "8": 425}, left=left)
+    started = []
+    monkeypatch.setattr(campaign, "start_evals",
+                        lambda split, policies, jobs, min_seconds: started.append((jobs, min_seconds)))
+    pending = {"test": ["none", "cutout", "baseline"]}
+    campaign.launch_ready(pending)
+    margin = campaign.args.margin
+    if jobs:
+        assert started == [(jobs, campaign.run_seconds(jobs))] and pending["test"] == []
+        assert campaign.run_seconds(jobs) < left - margin and (jobs == 8 or campaign.run_seconds(jobs + 1) >= left - margin)
+    else:
+        assert started == [] and pending["test"] == ["none", "cutout", "baseline"]  # waits: nothing would finish
+
+
+@pytest.mark.parametrize("walls", [{"0": 100}, {"one": 100}, {"4": -1}, [240]])
+def test_bad_wall_seconds_are_refused(tmp_path: Path, walls):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({**_TINY, "train": {**_TINY["train"], "wall_seconds": walls}}))
+    with pytest.raises(ValueError, match=r"train\.wall_seconds maps processes at once"):
+        gpu_campaign.load_plan(plan)
