@@ -52,6 +52,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from policy_quality import _slug  # the record names are the benchmark's own
 
@@ -153,17 +155,17 @@ class Campaign:
         the plan's measured ``train.wall_seconds`` (linear between its counts; beyond the largest, in proportion
         to the count; below the smallest, the smallest's), at least ``--min-eval-seconds``. Runs on one GPU are
         bound by kernel launches on the host, so each one slows as more share it: on 2026-11-27 eight trainings
-        started with 315 s left on an H100 and none finished, where four beside a search took 283 s."""
+        started with 315 s left on an H100 and none finished, where four beside a 4-process search had taken
+        281-284 s."""
         table = sorted((int(k), float(v)) for k, v in self.plan["train"].get("wall_seconds", {}).items())
-        floor = self.args.min_eval_seconds
         if not table:
-            return floor
-        if at_once >= table[-1][0]:
-            return max(floor, table[-1][1] * at_once / table[-1][0])
-        below = [(n, s) for n, s in table if n <= at_once] or [table[0]]
-        above = next((n, s) for n, s in table if n >= at_once)
-        (n0, s0), (n1, s1) = below[-1], above
-        return max(floor, s0 if n1 == n0 else s0 + (s1 - s0) * (at_once - n0) / (n1 - n0))
+            return self.args.min_eval_seconds
+        counts, seconds = zip(*table, strict=True)
+        if at_once > counts[-1]:
+            estimate = seconds[-1] * at_once / counts[-1]
+        else:
+            estimate = float(np.interp(at_once, counts, seconds))
+        return max(self.args.min_eval_seconds, estimate)
 
     # -- controls -----------------------------------------------------------------------------------
     def write_controls(self) -> None:

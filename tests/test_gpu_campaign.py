@@ -229,7 +229,7 @@ def test_a_run_s_time_grows_with_the_processes_sharing_the_gpu(tmp_path: Path):
 @pytest.mark.parametrize(("left", "jobs"), [(600, 8), (350, 4), (285, 1), (250, 0)])
 def test_only_runs_that_can_finish_start(tmp_path: Path, monkeypatch, left: float, jobs: int):
     """On 2026-11-27 a call with 345 s of budget started eight 200-epoch trainings on the H100 and none
-    finished; four would have (four beside a search took 283 s). The slots given are those whose runs fit."""
+    finished (four beside a search had taken 283 s). The slots given are those whose runs fit."""
     campaign = _timed_campaign(tmp_path, {"1": 250, "8": 425}, left=left)
     started = []
     monkeypatch.setattr(campaign, "start_evals",
