@@ -532,6 +532,24 @@ def test_held_members_keep_the_starts_amount_and_the_free_searchs_draws(fake_dat
     assert free.metrics[0]["mean_prob"][1:] != pytest.approx([target[0]] * 3)
 
 
+def test_one_round_is_a_tournament_of_whole_trainings(fake_data, tmp_path: Path):
+    """``exploit_every >= epochs``: one round, no copy; every member trains for the whole search with its
+    own policy (member 0 the start, the others explored copies of it), and the schedule is the policy of the
+    member with the best final validation accuracy, held for every epoch (docs/contract.md, section 6)."""
+    config = _config(exploit_every=10)  # longer than the 4 epochs: the one round is cut to the search
+    result = run_population_search(config, tmp_path / "t", data=fake_data, plot=False, log=lambda m: None)
+    (record,) = result.metrics
+    assert record["copies"] == []
+    prov = result.schedule.provenance
+    best = prov["best_member"]
+    assert prov["rounds"] == 1 and prov["lineage"] == [best]
+    assert prov["final_val_accs"] == record["val_acc"] and best == pbt.ranking(record["val_acc"])[0]
+    schedule = result.schedule
+    np.testing.assert_array_equal(schedule.prob, np.broadcast_to(schedule.prob[0], schedule.prob.shape))
+    assert schedule.prob[0].mean() == pytest.approx(record["mean_prob"][best], abs=1e-6)
+    assert len({round(p, 6) for p in record["mean_prob"]}) == 4  # four different candidates
+
+
 def test_members_that_always_resample_to_the_prior_stay_at_it(fake_data, tmp_path: Path):
     """``resample="prior"`` reaches round 0's members and every exploit: with every value resampled, every
     member of every round holds the start policy; the provenance says so."""

@@ -262,7 +262,8 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
                    help=f"members, at least 2 (default: {DEFAULT_POPULATION})")
     g.add_argument("--exploit-every", type=positive_int, metavar="E",
                    help="epochs per round of selection (default: PBA's 3 per 200 epochs, scaled to --epochs and "
-                   "rounded, at least 1)")
+                   "rounded, at least 1); E >= --epochs: one round, a tournament of whole trainings whose best "
+                   "member's policy is the schedule")
     g.add_argument("--member-start", choices=MEMBER_STARTS,
                    help="how the members start: 'explored' = member 0 at the --init policy, the others at "
                    "explored copies of it; 'same' = every member at the --init policy, as PBA's search (the "

@@ -517,7 +517,7 @@ def run_population_search(
     steps_per_epoch = math.ceil(len(train.labels) / cfg.batch_size)
     log(f"population search: {config.population} x {cfg.model} on {len(train.labels)} train / {len(val.labels)} val "
         f"images, {_runner.plural(cfg.epochs, 'epoch')} in {_runner.plural(len(starts), 'round')} of "
-        f"{_runner.plural(config.every, 'epoch')}, "
+        f"{_runner.plural(min(config.every, cfg.epochs), 'epoch')}, "
         + (f"{_runner.plural(config.procs, 'process', 'processes')}" if config.procs else "in this process")
         + f", device {_runner.describe_device(device)}")
     history.wall_seconds += time.perf_counter() - session_start
