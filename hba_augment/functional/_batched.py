@@ -8,9 +8,9 @@ not draw it exactly unchanged:
 * geometric ops: one warp per image, the identity for the others (an exact copy under NEAREST; under
   BILINEAR, whose identity resamples, a per-image select);
 * on uint8 images, every op with a table (``OpSpec.table``): one lookup through a per-image table, the
-  identity table for the others; the ops without a uint8 kernel (Color, Sharpness) on float levels of the
-  whole batch, selected per image; on float images, each non-geometric op on the whole batch, selected
-  per image;
+  identity table for the others; the two ops without one, Color and Sharpness, as one blend of float
+  levels of the whole batch, each image with its own degenerate image and factor (factor 1, the image
+  itself, for the others); on float images, each non-geometric op on the whole batch, selected per image;
 * Cutout: a per-image patch, empty for the images that did not draw it.
 
 Each image still gets each op's own kernel with its own parameters, so its pixels are those of
@@ -39,9 +39,12 @@ _GEOMETRIC = tuple(k for k, spec in enumerate(OPS) if spec.geometric)
 _TABLE_OPS = tuple(k for k, spec in enumerate(OPS) if spec.table is not None)
 _COMPUTED_TABLE_OPS = tuple(k for k in _TABLE_OPS if not OPS[k].fixed_table)
 _FIXED_TABLE_OPS = tuple(k for k in _TABLE_OPS if OPS[k].fixed_table)
-#: Non-geometric ops other than Cutout (which has its own stage) that have no table: Color, Sharpness.
-_UNTABLED = tuple(k for k, spec in enumerate(OPS) if not spec.geometric and spec.table is None and spec.name != "Cutout")
 _CUTOUT = next(k for k, spec in enumerate(OPS) if spec.name == "Cutout")
+_COLOR = next(k for k, spec in enumerate(OPS) if spec.name == "Color")
+_SHARPNESS = next(k for k, spec in enumerate(OPS) if spec.name == "Sharpness")
+# The uint8 stage _enhancers is written for exactly these two ops without a table (besides Cutout, which has
+# its own stage): a new one must get a stage of its own, not pass through unapplied.
+assert {k for k, spec in enumerate(OPS) if not spec.geometric and spec.table is None} == {_CUTOUT, _COLOR, _SHARPNESS}
 _POINTWISE_FLOAT = tuple(k for k, spec in enumerate(OPS) if not spec.geometric and k != _CUTOUT)
 
 
@@ -99,13 +102,7 @@ def apply_step(
     drew, mags = _per_op(op, magnitude)
     levels = _geometric(levels, op, drew, mags, ctx, warp_index)
     if levels.dtype == torch.uint8:
-        levels = _tables(levels, drew, mags, ctx, fixed_table)
-        if _UNTABLED:
-            floats = levels.to(torch.float32)
-            mixed = floats
-            for k in _UNTABLED:
-                mixed = _select(drew[k], OPS[k].kernel(floats, mags[k], ctx), mixed)
-            levels = from_levels(mixed, torch.uint8)
+        levels = _enhancers(_tables(levels, drew, mags, ctx, fixed_table), drew, mags)
     else:
         for k in _POINTWISE_FLOAT:
             magnitude = mags[k] if OPS[k].has_magnitude else None
@@ -134,6 +131,23 @@ def _geometric(
     if levels.dtype == torch.uint8:
         warped = from_levels(warped, torch.uint8)
     return _select(geometric, warped, levels)
+
+
+def _enhancers(levels: Tensor, drew: Tensor, mags: Tensor) -> Tensor:
+    """Color and Sharpness of the uint8 batch as one blend: both are PIL blends of the image with a
+    degenerate image (its grey levels; its SMOOTH filter inside a kept 1-pixel border), so each image blends
+    once with its own degenerate image and factor. The images that drew neither blend with themselves at
+    their identity factor 1, which gives their levels back exactly; a blend per op and a select would pass
+    over the batch twice as often (``benchmarks/RESULTS.md``, "On the H100 (2026-11-27)")."""
+    floats = levels.to(torch.float32)
+    degenerate = _select(drew[_COLOR], K.color_degenerate(floats, True).expand_as(floats), floats)
+    smooth = K.sharpness_degenerate(floats, True)
+    if smooth is not None:
+        inner = degenerate[..., 1:-1, 1:-1]
+        inner.copy_(_select(drew[_SHARPNESS], smooth, inner))
+    # An image draws at most one op a step, and mags holds each op's identity (1) where it was not drawn.
+    factor = torch.where(drew[_COLOR], mags[_COLOR], mags[_SHARPNESS])
+    return from_levels(K.blend(degenerate, floats, factor, True), torch.uint8)
 
 
 def _tables(

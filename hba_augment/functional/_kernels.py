@@ -35,9 +35,11 @@ __all__ = [
     "affine",
     "auto_contrast",
     "auto_contrast_table",
+    "blend",
     "brightness",
     "brightness_table",
     "color",
+    "color_degenerate",
     "contrast",
     "contrast_table",
     "cutout",
@@ -52,6 +54,7 @@ __all__ = [
     "posterize_table",
     "rotate_matrix",
     "sharpness",
+    "sharpness_degenerate",
     "shear_x_matrix",
     "shear_y_matrix",
     "solarize",
@@ -303,7 +306,10 @@ def _round_half_up(values: Tensor, quantize: bool) -> Tensor:
     return rounded if quantize else values + (rounded - values).detach()
 
 
-def _blend(degenerate: Tensor, images: Tensor, factor: Tensor, quantize: bool) -> Tensor:
+def blend(degenerate: Tensor, images: Tensor, factor: Tensor, quantize: bool) -> Tensor:
+    """PIL's ``Image.blend(degenerate, image, factor)`` of the enhancers on levels, one ``(B,)`` factor per
+    image, clamped to [0, 255] and, on uint8 levels (``quantize``), truncated as PIL's 8-bit result. A factor
+    of 1 gives the image itself, exactly, on whole levels."""
     out = (degenerate + _per_image(factor) * (images - degenerate)).clamp(0.0, 255.0)
     return out.floor() if quantize else out
 
@@ -486,38 +492,51 @@ def _mean_grey(images: Tensor, quantize: bool) -> Tensor:
 
 def contrast_table(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
     """The table of :func:`contrast` for each image (its mean grey level), ``(B, 1, 1, 256)``."""
-    return _blend(_mean_grey(images, True), _ramp(images.device), factor, True)
+    return blend(_mean_grey(images, True), _ramp(images.device), factor, True)
 
 
 def contrast(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
     """PIL ``ImageEnhance.Contrast``: blend with the image's mean grey level (rounded to 8 bits by PIL)."""
     if images.dtype == torch.uint8:
         return lookup(images, contrast_table(images, factor, ctx))
-    return _blend(_mean_grey(images, ctx.quantize), images, factor, ctx.quantize)
+    return blend(_mean_grey(images, ctx.quantize), images, factor, ctx.quantize)
+
+
+def color_degenerate(images: Tensor, quantize: bool) -> Tensor:
+    """What :func:`color` blends with: the image's grey levels (PIL's ``convert("L")``), ``(B, 1, H, W)``."""
+    return _grayscale(images, quantize)
 
 
 def color(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
     """PIL ``ImageEnhance.Color``: blend with the image's own grey levels."""
-    return _blend(_grayscale(images, ctx.quantize), images, factor, ctx.quantize)
+    return blend(color_degenerate(images, ctx.quantize), images, factor, ctx.quantize)
 
 
-def sharpness(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
-    """PIL ``ImageEnhance.Sharpness``: blend with ``ImageFilter.SMOOTH``; the 1-pixel border is kept.
+def sharpness_degenerate(images: Tensor, quantize: bool) -> Tensor | None:
+    """What :func:`sharpness` blends the inner pixels with: ``ImageFilter.SMOOTH`` of the ``(B, C, H, W)``
+    float levels, ``(B, C, H - 2, W - 2)``; ``None`` for images under 3x3, which PIL's filter leaves as they are.
 
     SMOOTH is ``(3x3 box sum + 4 centre) / 13``, the box sum computed separably with shifted slices
     (CPU depthwise convolutions cost several times more). On whole levels the exact value is a multiple
     of 1/13, never within 1/26 of a rounding boundary, so float rounding in the sums cannot change PIL's
     8-bit result.
     """
-    _b, _c, h, w = images.shape
+    h, w = images.shape[-2:]
     if h < 3 or w < 3:
-        return images.clone()  # PIL's 3x3 filter keeps every pixel of so small an image.
+        return None
     rows = images[..., :-2] + images[..., 1:-1] + images[..., 2:]
     box = rows[..., :-2, :] + rows[..., 1:-1, :] + rows[..., 2:, :]
-    inner = images[..., 1:-1, 1:-1]
-    smooth = _round_half_up(box.add_(inner, alpha=4.0).div_(13.0), ctx.quantize)
+    return _round_half_up(box.add_(images[..., 1:-1, 1:-1], alpha=4.0).div_(13.0), quantize)
+
+
+def sharpness(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
+    """PIL ``ImageEnhance.Sharpness``: blend with ``ImageFilter.SMOOTH`` (:func:`sharpness_degenerate`); the
+    1-pixel border is kept."""
+    smooth = sharpness_degenerate(images, ctx.quantize)
+    if smooth is None:
+        return images.clone()
     out = images.clone()
-    out[..., 1:-1, 1:-1] = _blend(smooth, inner, factor, ctx.quantize)
+    out[..., 1:-1, 1:-1] = blend(smooth, images[..., 1:-1, 1:-1], factor, ctx.quantize)
     return out
 
 
