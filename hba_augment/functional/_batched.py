@@ -137,8 +137,9 @@ def _enhancers(levels: Tensor, drew: Tensor, mags: Tensor) -> Tensor:
     """Color and Sharpness of the uint8 batch as one blend: both are PIL blends of the image with a
     degenerate image (its grey levels; its SMOOTH filter inside a kept 1-pixel border), so each image blends
     once with its own degenerate image and factor. The images that drew neither blend with themselves at
-    their identity factor 1, which gives their levels back exactly; a blend per op and a select would pass
-    over the batch twice as often (``benchmarks/RESULTS.md``, "On the H100 (2026-11-27)")."""
+    their identity factor 1, which gives their levels back exactly. A blend and a select per op launch
+    more kernels for the same pixels; on the CPU both take the same time, spent on the two degenerate
+    images (``benchmarks/RESULTS.md``, "On the H100 (2026-11-27)")."""
     floats = levels.to(torch.float32)
     degenerate = _select(drew[_COLOR], K.color_degenerate(floats, True).expand_as(floats), floats)
     smooth = K.sharpness_degenerate(floats, True)
