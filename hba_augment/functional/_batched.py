@@ -40,8 +40,8 @@ _TABLE_OPS = tuple(k for k, spec in enumerate(OPS) if spec.table is not None)
 _COMPUTED_TABLE_OPS = tuple(k for k in _TABLE_OPS if not OPS[k].fixed_table)
 _FIXED_TABLE_OPS = tuple(k for k in _TABLE_OPS if OPS[k].fixed_table)
 _CUTOUT = next(k for k, spec in enumerate(OPS) if spec.name == "Cutout")
-_COLOR = next(k for k, spec in enumerate(OPS) if spec.name == "Color")
-_SHARPNESS = next(k for k, spec in enumerate(OPS) if spec.name == "Sharpness")
+_COLOR = next(k for k, spec in enumerate(OPS) if spec.kernel is K.color)
+_SHARPNESS = next(k for k, spec in enumerate(OPS) if spec.kernel is K.sharpness)
 # The uint8 stage _enhancers is written for exactly these two ops without a table (besides Cutout, which has
 # its own stage): a new one must get a stage of its own, not pass through unapplied.
 assert {k for k, spec in enumerate(OPS) if not spec.geometric and spec.table is None} == {_CUTOUT, _COLOR, _SHARPNESS}
