@@ -7,6 +7,8 @@ import dataclasses
 import hashlib
 import json
 import pickle
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -715,9 +717,14 @@ def test_a_worker_process_stops_when_its_driver_is_gone(fake_data, monkeypatch):
         def is_alive(self) -> bool:
             return False
 
-    class _Empty:
+    class _Inbox:  # the images, then nothing more
+        def __init__(self, *messages):
+            self.messages = list(messages)
+
         def get(self, timeout=None):
-            raise queue_module.Empty
+            if not self.messages:
+                raise queue_module.Empty
+            return self.messages.pop(0)
 
     answers = []
 
@@ -726,9 +733,31 @@ def test_a_worker_process_stops_when_its_driver_is_gone(fake_data, monkeypatch):
             answers.append(item)
 
     monkeypatch.setattr(_member.multiprocessing, "parent_process", lambda: _Dead())
-    as_numpy = [(d.images.numpy(), d.labels.numpy(), d.classes) for d in fake_data]
-    _member.serve(_config().search, *as_numpy, [0], 1, _Empty(), _Out())
+    as_numpy = tuple((d.images.numpy(), d.labels.numpy(), d.classes) for d in fake_data)
+    _member.serve(_config().search, [0], 1, _Inbox(as_numpy), _Out())
     assert answers == [("ready", [0])]
+    answers.clear()  # a driver gone before it sent the images: nothing to announce
+    _member.serve(_config().search, [0], 1, _Inbox(), _Out())
+    assert answers == []
+
+
+def test_a_worker_that_dies_while_starting_stops_the_search_instead_of_hanging_it(tmp_path: Path):
+    """A driver run as ``python -`` (its ``__main__`` is ``<stdin>``, which a 'spawn' process cannot import)
+    starts workers that die at once. The search must stop with the worker's exit status, not block for good
+    writing the images (more than a pipe holds) to a process that will never read them."""
+    data_dir = _fake_cifar(tmp_path / "data")
+    script = (
+        "from hba_augment.cli import main\n"
+        f"main(['search', '--objective', 'population', '--population', '2', '--population-procs', '2', "
+        f"'--dataset', 'cifar10', '--data-dir', {str(data_dir)!r}, '--model', 'wrn-10-1', '--epochs', '1', "
+        f"'--train-size', '40', '--val-size', '20', '--batch-size', '20', '--device', 'cpu', "
+        f"'--out', {str(tmp_path / 'run')!r}, '--no-plot', '--no-progress'])\n"
+    )
+    assert 40 * 3072 > 65536  # the training images alone are more than a Linux pipe buffers
+    done = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert done.returncode != 0
+    assert "population worker process" in done.stderr and "exited with status" in done.stderr
 
 
 @pytest.mark.cuda

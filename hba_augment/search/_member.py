@@ -258,37 +258,40 @@ class Worker:
         return records
 
 
-def serve(config: Any, train: tuple[np.ndarray, np.ndarray, list[str]], val: tuple[np.ndarray, np.ndarray, list[str]],
-          members: list[int], threads: int, tasks: Any, results: Any, cuda_graphs: bool = False,
+def serve(config: Any, members: list[int], threads: int, tasks: Any, results: Any, cuda_graphs: bool = False,
           score_ema: float | None = None) -> None:
     """A worker process's main loop (started with the 'spawn' method): build a :class:`Worker` from the
-    images sent as ``(images, labels, classes)`` numpy arrays, then run
-    each list of tasks that arrives on ``tasks`` until ``None``; every answer goes to ``results`` as
-    ``("ok", records)`` or ``("error", kind, message)``."""
+    first message on ``tasks``, the training and validation images as ``(images, labels, classes)`` numpy
+    arrays, then run each list of tasks that arrives on ``tasks`` until ``None``; every answer goes to
+    ``results`` as ``("ready", members)``, ``("ok", records)`` or ``("error", kind, message)``."""
     try:
         from hba_augment.datasets import ImageData
 
+        data = _next_message(tasks)
+        if data is None:
+            return
         # The driver sends the images as numpy arrays (see population._Pool).
-        train, val = (ImageData(torch.from_numpy(x), torch.from_numpy(y), classes) for x, y, classes in (train, val))
+        train, val = (ImageData(torch.from_numpy(x), torch.from_numpy(y), classes) for x, y, classes in data)
         torch.set_num_threads(threads)
         if config.device.startswith("cuda"):
             torch.backends.cudnn.benchmark = True  # fixed shapes, long runs
         worker = Worker(config, train, val, members, cuda_graphs, score_ema)
         results.put(("ready", members))
-        while True:
-            try:
-                job = tasks.get(timeout=_PARENT_CHECK_SECONDS)
-            except queue.Empty:
-                # A driver killed without a chance to send None (SIGTERM, SIGKILL) must not leave its
-                # members training on: stop once it is gone.
-                if not multiprocessing.parent_process().is_alive():
-                    return
-                continue
-            if job is None:
-                return
+        while (job := _next_message(tasks)) is not None:
             results.put(("ok", worker.run_round(job)))
     except KeyboardInterrupt:  # the driver reports the interruption
         return
     except BaseException as e:  # sent to the driver, which raises it there
         kind = "value" if isinstance(e, ValueError) else "other"
         results.put(("error", kind, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+
+
+def _next_message(tasks: Any) -> Any:
+    """The driver's next message on ``tasks``; ``None`` (stop) once the driver is gone: a driver killed
+    without a chance to send ``None`` (SIGTERM, SIGKILL) must not leave its members training on."""
+    while True:
+        try:
+            return tasks.get(timeout=_PARENT_CHECK_SECONDS)
+        except queue.Empty:
+            if not multiprocessing.parent_process().is_alive():
+                return None

@@ -270,11 +270,16 @@ class _Pool:
         try:
             for group in self.groups:
                 inbox = ctx.Queue()
-                proc = ctx.Process(target=serve, args=(config.search, train, val, group, threads, inbox, self.results,
+                proc = ctx.Process(target=serve, args=(config.search, group, threads, inbox, self.results,
                                                        config.cuda_graphs, config.score_ema), daemon=True)
                 proc.start()
                 self.processes.append(proc)
                 self.inboxes.append(inbox)
+                # The images follow as the first message, not as the process's arguments: 'spawn' writes its
+                # arguments into a pipe that the new process reads only once it has started, so a process
+                # that dies while starting (say, a __main__ it cannot import) blocked that write, and this
+                # driver, for good. A queue writes from a thread of its own; _receive sees the death.
+                inbox.put((train, val))
             for _ in self.groups:
                 self._receive("ready")
         except BaseException:
@@ -319,6 +324,10 @@ class _Pool:
             if proc.is_alive():
                 proc.terminate()
                 proc.join()
+        for inbox in self.inboxes:
+            # What a process did not read (it died) must not keep this one from exiting: its queue's
+            # writing thread would wait on the full pipe forever.
+            inbox.cancel_join_thread()
         self.processes, self.inboxes = [], []
 
 
