@@ -262,7 +262,7 @@ class _Pool:
         self.groups = [list(range(p, n, procs)) for p in range(procs)]
         ctx = torch.multiprocessing.get_context("spawn")
         self.results = ctx.Queue()
-        # The images travel as numpy arrays, pickled through each process's pipe: torch tensors would go
+        # The images travel as numpy arrays, pickled through each process's inbox: torch tensors would go
         # through shared memory, which a container's small /dev/shm (64 MiB by default) may not hold.
         train, val = _plain(train), _plain(val)
         # The processes share the machine's cores (on a GPU they only feed it).
