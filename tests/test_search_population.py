@@ -753,7 +753,7 @@ def test_a_worker_that_dies_while_starting_stops_the_search_instead_of_hanging_i
         f"'--train-size', '40', '--val-size', '20', '--batch-size', '20', '--device', 'cpu', "
         f"'--out', {str(tmp_path / 'run')!r}, '--no-plot', '--no-progress'])\n"
     )
-    assert 40 * 3072 > 65536  # the training images alone are more than a Linux pipe buffers
+    # 40 training images of 3,072 bytes are more than a Linux pipe buffers (64 KiB): the old start blocked.
     done = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, timeout=120,
                           cwd=tmp_path)
     assert done.returncode != 0

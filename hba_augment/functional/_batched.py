@@ -43,8 +43,10 @@ _CUTOUT = next(k for k, spec in enumerate(OPS) if spec.name == "Cutout")
 _COLOR = next(k for k, spec in enumerate(OPS) if spec.kernel is K.color)
 _SHARPNESS = next(k for k, spec in enumerate(OPS) if spec.kernel is K.sharpness)
 # The uint8 stage _enhancers is written for exactly these two ops without a table (besides Cutout, which has
-# its own stage): a new one must get a stage of its own, not pass through unapplied.
-assert {k for k, spec in enumerate(OPS) if not spec.geometric and spec.table is None} == {_CUTOUT, _COLOR, _SHARPNESS}
+# its own stage): a new one must get a stage of its own, not pass through unapplied (a raise, not an assert,
+# so that python -O keeps the check).
+if {k for k, spec in enumerate(OPS) if not spec.geometric and spec.table is None} != {_CUTOUT, _COLOR, _SHARPNESS}:
+    raise RuntimeError("an op without a uint8 table other than Color, Sharpness and Cutout needs a stage in _batched")
 _POINTWISE_FLOAT = tuple(k for k, spec in enumerate(OPS) if not spec.geometric and k != _CUTOUT)
 
 
@@ -138,8 +140,8 @@ def _enhancers(levels: Tensor, drew: Tensor, mags: Tensor) -> Tensor:
     degenerate image (its grey levels; its SMOOTH filter inside a kept 1-pixel border), so each image blends
     once with its own degenerate image and factor. The images that drew neither blend with themselves at
     their identity factor 1, which gives their levels back exactly. A blend and a select per op launch
-    more kernels for the same pixels; on the CPU both take the same time, spent on the two degenerate
-    images (``benchmarks/RESULTS.md``, "On the H100 (2026-11-27)")."""
+    more kernels for the same pixels; on the CPU both take the same time, spent in the elementwise passes
+    that make the two degenerate images (``benchmarks/RESULTS.md``, "On the H100 (2026-11-27)")."""
     floats = levels.to(torch.float32)
     degenerate = _select(drew[_COLOR], K.color_degenerate(floats, True).expand_as(floats), floats)
     smooth = K.sharpness_degenerate(floats, True)
