@@ -9,7 +9,8 @@ upsampled for 224x224; the first 4,000 of ``data_batch_1``, tiled), each image d
   gone; torch's default CUDA generator, which graphs support);
 - ``kornia``: ``kornia.augmentation.auto.AutoAugment`` on the float batch, when kornia is importable;
 - ``compiled`` (with ``--compile``): ``torch.compile(augment, fullgraph=True)`` of the same unchecked call
-  (inductor; one compilation per shape, not timed; torch's default generator).
+  (inductor; one compilation per shape, not timed; torch's default generator, inductor's ``fallback_random``),
+  with the number of values that differ from the eager call's from the same seed.
 
 Per call: median wall time over ``--repeats`` timed calls (a ``torch.cuda.synchronize`` closes each), the
 CPU time the host spent in it, and images per second. Run on the lent GPU (``benchmarks/campaigns/README.md``)::
@@ -81,12 +82,22 @@ def _graphed(images: torch.Tensor, prob: torch.Tensor, mag: torch.Tensor) -> Cal
     return graph.replay
 
 
-def _compiled(images: torch.Tensor, prob: torch.Tensor, mag: torch.Tensor) -> Callable[[], object]:
+def _compiled(images: torch.Tensor, prob: torch.Tensor, mag: torch.Tensor) -> tuple[Callable[[], object], int]:
     """The batched call through ``torch.compile(fullgraph=True)`` (unchecked policy: a check reads the device),
-    compiled by its first call here."""
-    fn = torch.compile(lambda x: augment(x, prob, mag, check_policy=False), fullgraph=True)
-    fn(images)
-    return lambda: fn(images)
+    compiled by its first call here, and how many values of that call differ from the eager call's from the
+    same seed. Inductor's own random numbers differ from eager ones, so the call is compiled with
+    ``fallback_random`` (torch's generator: the same draws); what may still differ is the arithmetic (a
+    fused multiply-add, say, rounds once where eager PyTorch rounds twice)."""
+    def call(x: torch.Tensor) -> torch.Tensor:
+        return augment(x, prob, mag, check_policy=False)
+
+    fn = torch.compile(call, fullgraph=True)
+    with torch._inductor.config.patch(fallback_random=True):
+        torch.manual_seed(0)
+        compiled = fn(images)
+    torch.manual_seed(0)
+    differing = int((compiled != call(images)).sum())
+    return (lambda: fn(images)), differing
 
 
 def run(grid: list[tuple[int, list[int]]], repeats: int, data_dir: Path,
@@ -117,15 +128,19 @@ def run(grid: list[tuple[int, list[int]]], repeats: int, data_dir: Path,
             }
             if kornia_aa is not None:
                 cases[("float32", "kornia")] = lambda x=floats: kornia_aa(x)
+            differing = {}
             if compile:
-                cases[("uint8", "compiled")] = _compiled(uint8, prob, mag)
-                cases[("float32", "compiled")] = _compiled(floats, prob, mag)
+                cases[("uint8", "compiled")], differing["uint8"] = _compiled(uint8, prob, mag)
+                cases[("float32", "compiled")], differing["float32"] = _compiled(floats, prob, mag)
             for (dtype, mode), fn in cases.items():
                 t = _time(fn, repeats)
                 rows.append({"size": size, "batch": b, "dtype": dtype, "mode": mode, **t,
                              "images_per_s": b / (t["wall_ms"] / 1e3)})
+                if mode == "compiled":
+                    rows[-1]["values_differing_from_eager"] = differing[dtype]
                 print(f"{size}x{size} B={b:>6} {dtype:>7} {mode:>6}: {t['wall_ms']:8.2f} ms "
-                      f"(cpu {t['cpu_ms']:6.2f} ms) {rows[-1]['images_per_s']:>12,.0f} img/s", flush=True)
+                      f"(cpu {t['cpu_ms']:6.2f} ms) {rows[-1]['images_per_s']:>12,.0f} img/s"
+                      + (f", {differing[dtype]} values differ from eager" if mode == "compiled" else ""), flush=True)
             del uint8, floats, cases
             torch.cuda.empty_cache()
     return rows
@@ -135,10 +150,11 @@ def _markdown(meta: dict[str, object], rows: list[dict[str, object]]) -> str:
     lines = [f"# HBAPolicy on CUDA batches ({meta['device']})", "",
              f"- Command: `{meta['command']}`", f"- Date: {meta['date']}; commit: {meta['commit']}",
              f"- torch {meta['torch']}; stress schedule: every slot p=0.5, mid-range magnitude", "",
-             "| size | B | dtype | mode | ms per call | host CPU ms | images/s |", "|---|---|---|---|---|---|---|"]
+             "| size | B | dtype | mode | ms per call | host CPU ms | images/s | values differing from eager |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['size']} | {r['batch']:,} | {r['dtype']} | {r['mode']} | {r['wall_ms']:.2f} | "
-                     f"{r['cpu_ms']:.2f} | {r['images_per_s']:,.0f} |")
+                     f"{r['cpu_ms']:.2f} | {r['images_per_s']:,.0f} | {r.get('values_differing_from_eager', '')} |")
     return "\n".join(lines) + "\n"
 
 

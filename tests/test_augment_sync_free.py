@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 from torchvision.transforms import InterpolationMode
 
@@ -187,6 +189,34 @@ def test_same_pixels_as_the_grouped_path(dtype, interpolation, fill, per_image, 
     assert grouped[2].any(dim=(1, 2)).sum() >= 40  # most images applied something
     for a, b in zip(grouped, sync_free, strict=True):
         assert torch.equal(a, b)
+
+
+#: The ops the sync-free uint8 path computes from statistics it shares (the int64 levels, the integer grey
+#: levels) or in int16 (Sharpness's SMOOTH): the ones a random batch below draws.
+_SHARED_STATISTICS_OPS = ("AutoContrast", "Equalize", "Contrast", "Color", "Sharpness", "Posterize")
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    shape=st.tuples(st.integers(1, 6), st.sampled_from([1, 3]), st.integers(1, 12), st.integers(1, 12)),
+    seed=st.integers(0, 2**31 - 1),
+    flat=st.booleans(),
+)
+def test_same_uint8_pixels_as_the_grouped_path_for_any_batch(shape, seed, flat, monkeypatch):
+    # Random levels (or nearly constant ones, where Equalize's and AutoContrast's special cases live), any
+    # size down to 1x1 (no SMOOTH under 3x3), grey or RGB: the integer statistics of the sync-free stage
+    # must give the grouped path's pixels.
+    g = torch.Generator().manual_seed(seed)
+    images = torch.randint(0, 256, shape, generator=g, dtype=torch.uint8)
+    if flat:
+        images = (images // 128 + 100).to(torch.uint8)
+    prob = torch.zeros(2, NUM_OPS)
+    for name in _SHARED_STATISTICS_OPS:
+        prob[:, OP_NAMES.index(name)] = 0.8
+    mag = _policy(0.5, 0.5, seed % 7)[1]
+    grouped, sync_free = _grouped_and_sync_free(images, prob, mag, seed, monkeypatch, count_probs=(0.0, 0.0, 1.0))
+    assert torch.equal(grouped, sync_free)
 
 
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])

@@ -365,6 +365,20 @@ class TestContrast(_PILCase):
     OP, FUNC, KIND = "Contrast", "contrast", "level"
     MAGNITUDES = _BLEND_MAGNITUDES
 
+    def test_mean_just_under_a_half_level(self):
+        # A grey 299x299 image whose mean is 128.4999944: PIL's mean (double precision) rounds to 128, a
+        # float32 mean comes out as 128.5 and rounds to 129, which moved every 129 pixel to 128 at factor
+        # 0.5 before the mean was computed in integers (uint8) or float64 (float images). A real photo
+        # rarely lands this close to a half level; the edge needs an image made for it.
+        n = 299 * 299
+        levels = torch.full((n,), 128, dtype=torch.uint8)
+        levels[torch.randperm(n, generator=torch.Generator().manual_seed(0))[:44_700]] = 129
+        image = levels.view(1, 1, 299, 299).expand(1, 3, 299, 299).contiguous()
+        assert abs(levels.double().mean().item() - 128.4999944) < 1e-7
+        assert_exact(self.OP, 0.5, apply_op(image, self.OP, 0.5), pil_apply(image, self.OP, 0.5))
+        float_out = apply_op(image.float() / 255, self.OP, 0.5)
+        assert torch.equal((float_out * 255).round().to(torch.uint8), apply_op(image, self.OP, 0.5))
+
 
 class TestColor(_PILCase):
     OP, FUNC, KIND = "Color", "color", "level"

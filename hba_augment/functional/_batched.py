@@ -7,15 +7,22 @@ not draw it exactly unchanged:
 
 * geometric ops: one warp per image, the identity for the others (an exact copy under NEAREST; under
   BILINEAR, whose identity resamples, a per-image select);
-* on uint8 images, every op with a table (``OpSpec.table``): one lookup through a per-image table, the
-  identity table for the others; the two ops without one, Color and Sharpness, as one blend of float
-  levels of the whole batch, each image with its own degenerate image and factor (factor 1, the image
-  itself, for the others); on float images, each non-geometric op on the whole batch, selected per image;
+* on uint8 images, both from the step's input (an image draws one op): every op with a table
+  (``OpSpec.table``) as one lookup through a per-image table, the identity table for the others; the two
+  ops without one, Color and Sharpness, as one blend of the whole batch, each image with its own
+  degenerate image and factor; each image keeps the result of the stage of its op. On float images, each
+  non-geometric op on the whole batch, selected per image;
 * Cutout: a per-image patch, empty for the images that did not draw it.
 
-Each image still gets each op's own kernel with its own parameters, so its pixels are those of
+Each image still gets each op's own arithmetic with its own parameters, so its pixels are those of
 :func:`~hba_augment.functional._augment.augment_drawn` for the same draws; Cutout draws a centre for every
 image (the draws keep their distribution, not their stream).
+
+Every stage touches every pixel of the batch, so on a GPU a large batch costs what its passes move through
+memory. The uint8 stages therefore compute in the narrowest integers that are exact (int16 levels, int32
+grey levels and histograms) and share what several ops read (the int64 levels of the lookup and of
+Equalize's histogram; the grey levels of Contrast and Color): ``benchmarks/sync_free_bytes.py`` counts the
+bytes (``benchmarks/RESULTS.md``, "Sync-free batches").
 """
 
 from __future__ import annotations
@@ -42,11 +49,18 @@ _FIXED_TABLE_OPS = tuple(k for k in _TABLE_OPS if OPS[k].fixed_table)
 _CUTOUT = next(k for k, spec in enumerate(OPS) if spec.name == "Cutout")
 _COLOR = next(k for k, spec in enumerate(OPS) if spec.kernel is K.color)
 _SHARPNESS = next(k for k, spec in enumerate(OPS) if spec.kernel is K.sharpness)
+_AUTO_CONTRAST = next(k for k, spec in enumerate(OPS) if spec.table is K.auto_contrast_table)
+_EQUALIZE = next(k for k, spec in enumerate(OPS) if spec.table is K.equalize_table)
+_CONTRAST = next(k for k, spec in enumerate(OPS) if spec.table is K.contrast_table)
 # The uint8 stage _enhancers is written for exactly these two ops without a table (besides Cutout, which has
 # its own stage): a new one must get a stage of its own, not pass through unapplied (a raise, not an assert,
 # so that python -O keeps the check).
 if {k for k, spec in enumerate(OPS) if not spec.geometric and spec.table is None} != {_CUTOUT, _COLOR, _SHARPNESS}:
     raise RuntimeError("an op without a uint8 table other than Color, Sharpness and Cutout needs a stage in _batched")
+# _tables computes the image-dependent tables from statistics the stage shares (the int64 levels, the grey
+# levels): a new such op needs its statistic there.
+if set(_COMPUTED_TABLE_OPS) != {_AUTO_CONTRAST, _EQUALIZE, _CONTRAST}:
+    raise RuntimeError("an op with an image-dependent uint8 table needs its statistic in _batched._tables")
 _POINTWISE_FLOAT = tuple(k for k, spec in enumerate(OPS) if not spec.geometric and k != _CUTOUT)
 
 
@@ -104,7 +118,7 @@ def apply_step(
     drew, mags = _per_op(op, magnitude)
     levels = _geometric(levels, op, drew, mags, ctx, warp_index)
     if levels.dtype == torch.uint8:
-        levels = _enhancers(_tables(levels, drew, mags, ctx, fixed_table), drew, mags)
+        levels = _pointwise_uint8(levels, drew, mags, ctx, fixed_table)
     else:
         for k in _POINTWISE_FLOAT:
             magnitude = mags[k] if OPS[k].has_magnitude else None
@@ -135,37 +149,69 @@ def _geometric(
     return _select(geometric, warped, levels)
 
 
-def _enhancers(levels: Tensor, drew: Tensor, mags: Tensor) -> Tensor:
+def _pointwise_uint8(
+    levels: Tensor, drew: Tensor, mags: Tensor, ctx: K.KernelContext, fixed_table: Tensor | None
+) -> Tensor:
+    """Every non-geometric op but Cutout on the uint8 batch: the table ops as one lookup through a
+    per-image table (:func:`_tables`), Color and Sharpness as one blend (:func:`_enhancers`), each image
+    taking the result of the stage of the op it drew (the lookup, through the identity table, for the
+    images that drew none). An image draws one op a step, so both stages read the step's input: the
+    int64 levels are made once for the lookup and Equalize's histogram, the grey levels once for
+    Contrast's mean and Color's degenerate image (see the module docstring for why)."""
+    b, c, h, w = levels.shape
+    index = levels.reshape(b, c, h * w).long()
+    grey = K.grey_uint8(levels)
+    looked = _tables(levels, index, grey, drew, mags, ctx, fixed_table).gather(2, index).view(b, c, h, w)
+    blended = _enhancers(levels, grey, drew, mags)
+    return _select(drew[_COLOR] | drew[_SHARPNESS], blended, looked)
+
+
+def _enhancers(levels: Tensor, grey: Tensor, drew: Tensor, mags: Tensor) -> Tensor:
     """Color and Sharpness of the uint8 batch as one blend: both are PIL blends of the image with a
-    degenerate image (its grey levels; its SMOOTH filter inside a kept 1-pixel border), so each image blends
-    once with its own degenerate image and factor. The images that drew neither blend with themselves at
-    their identity factor 1, which gives their levels back exactly. A blend and a select per op launch
-    more kernels for the same pixels; on the CPU both take the same time, spent in the elementwise passes
-    that make the two degenerate images (``benchmarks/RESULTS.md``, "On the H100 (2026-11-27)")."""
-    floats = levels.to(torch.float32)
-    degenerate = _select(drew[_COLOR], K.color_degenerate(floats, True).expand_as(floats), floats)
-    smooth = K.sharpness_degenerate(floats, True)
+    degenerate image (its ``grey`` levels; its SMOOTH filter inside a kept 1-pixel border), so each image
+    blends once with its own degenerate image and factor. Only the images that drew one of the two are
+    read from the result. The degenerate images and the difference are whole levels, made in int16; the
+    blend itself is PIL's float arithmetic (:func:`~._kernels.blend`: ``d + f (x - d)``, clamped, then
+    truncated, which the conversion to uint8 does for values in [0, 255])."""
+    x = levels.to(torch.int16)
+    degenerate = _select(drew[_COLOR], grey.to(torch.int16), x)
+    smooth = K.smooth_int16(x)
     if smooth is not None:
         inner = degenerate[..., 1:-1, 1:-1]
         inner.copy_(_select(drew[_SHARPNESS], smooth, inner))
     # An image draws at most one op a step, and mags holds each op's identity (1) where it was not drawn.
-    factor = torch.where(drew[_COLOR], mags[_COLOR], mags[_SHARPNESS])
-    return from_levels(K.blend(degenerate, floats, factor, True), torch.uint8)
+    factor = torch.where(drew[_COLOR], mags[_COLOR], mags[_SHARPNESS]).view(-1, 1, 1, 1)
+    # The int16 difference is written as float32 by the subtraction itself (out=): no int16 intermediate.
+    blended = torch.sub(x, degenerate, out=torch.empty(x.shape, dtype=torch.float32, device=x.device))
+    blended.mul_(factor).add_(degenerate).clamp_(0.0, 255.0)
+    return from_levels(blended, torch.uint8)
 
 
 def _tables(
-    levels: Tensor, drew: Tensor, mags: Tensor, ctx: K.KernelContext, fixed_table: Tensor | None
+    levels: Tensor,
+    index: Tensor,
+    grey: Tensor,
+    drew: Tensor,
+    mags: Tensor,
+    ctx: K.KernelContext,
+    fixed_table: Tensor | None,
 ) -> Tensor:
-    """Every image's op that has a table, as one lookup of the uint8 batch (identity table for the rest)."""
-    b, c = levels.shape[:2]
+    """Every image's table, ``(B, C, 256)`` uint8: that of the op with a table it drew, the identity for
+    the rest. ``index`` is ``levels`` as ``(B, C, H W)`` int64, ``grey`` its grey levels."""
+    b, c, h, w = levels.shape
     if fixed_table is None:
         table = K.identity_table(b, levels.device)
         for k in _FIXED_TABLE_OPS:
             table = _select(drew[k], OPS[k].table(levels, mags[k] if OPS[k].has_magnitude else None, ctx), table)
+        table = table.to(torch.uint8)
     else:
         table = fixed_table
-    table = table.to(torch.float32).expand(b, c, 1, 256)
+    table = table.view(b, 1, 256).expand(b, c, 256)
+    computed = {
+        _AUTO_CONTRAST: OPS[_AUTO_CONTRAST].table(levels, None, ctx).view(b, c, 256),
+        _EQUALIZE: K.equalize_lut(K.histogram(index), h * w),
+        _CONTRAST: K.contrast_table_of_mean(K.mean_grey_uint8(grey), mags[_CONTRAST]).view(b, 1, 256),
+    }
     for k in _COMPUTED_TABLE_OPS:
-        magnitude = mags[k] if OPS[k].has_magnitude else None
-        table = _select(drew[k], OPS[k].table(levels, magnitude, ctx).to(torch.float32), table)
-    return K.lookup(levels, table)
+        table = _select(drew[k], computed[k].to(torch.uint8), table)
+    return table

@@ -42,13 +42,18 @@ __all__ = [
     "color_degenerate",
     "contrast",
     "contrast_table",
+    "contrast_table_of_mean",
     "cutout",
     "equalize",
+    "equalize_lut",
     "equalize_table",
+    "grey_uint8",
+    "histogram",
     "identity_table",
     "invert",
     "invert_table",
     "lookup",
+    "mean_grey_uint8",
     "nearest_index",
     "posterize",
     "posterize_table",
@@ -57,6 +62,7 @@ __all__ = [
     "sharpness_degenerate",
     "shear_x_matrix",
     "shear_y_matrix",
+    "smooth_int16",
     "solarize",
     "solarize_table",
     "translate_x_matrix",
@@ -487,12 +493,49 @@ def brightness(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
 def _mean_grey(images: Tensor, quantize: bool) -> Tensor:
     """The image's mean grey level, rounded to 8 bits as PIL's ImageStat, ``(B, 1, 1, 1)``."""
     grey = _grayscale(images, quantize)
-    return _round_half_up(grey.mean(dim=(1, 2, 3), keepdim=True, dtype=_float_dtype(grey)), quantize)
+    dtype = _float_dtype(grey)
+    if grey.shape[-2] * grey.shape[-1] > _EXACT_FLOAT32_MEAN:
+        # A float32 mean of a larger image (299x299, say) can round onto the half level just above the true
+        # mean, which PIL's double-precision mean then rounds the other way (tests/test_ops_pil.py).
+        dtype = torch.float64
+    mean = _round_half_up(grey.mean(dim=(1, 2, 3), keepdim=True, dtype=dtype), quantize)
+    return mean if mean.dtype == grey.dtype else mean.to(_float_dtype(grey))
+
+
+#: Up to this many pixels a float32 mean of whole levels rounds half up as PIL's does: the sum stays
+#: exact (under 2^24), and the mean of n pixels lies 1 / (2 n) >= 2^-16 or more from a half level, more
+#: than float32's rounding error there (2^-17 below 256). Larger images take float64.
+_EXACT_FLOAT32_MEAN = 1 << 15
+
+
+def grey_uint8(images: Tensor) -> Tensor:
+    """PIL's ``convert("L")`` of uint8 images in integers, ``(19595 R + 38470 G + 7471 B + 2^15) >> 16``,
+    ``(B, 1, H, W)`` int32 (a one-channel image: its own levels). Exactly :func:`_grayscale`'s values, in
+    4-byte integers instead of float passes over all three channels: the sync-free path computes it for
+    every image of a step, once for Contrast's mean and Color's degenerate image."""
+    if images.shape[1] == 1:
+        return images.to(torch.int32)
+    red, green, blue = images.unbind(1)
+    grey = red.to(torch.int32).mul_(19595).add_(green, alpha=38470).add_(blue, alpha=7471)
+    return grey.add_(1 << 15).bitwise_right_shift_(16).unsqueeze(1)
+
+
+def mean_grey_uint8(grey: Tensor) -> Tensor:
+    """:func:`_mean_grey` of the int32 levels of :func:`grey_uint8` ``(B, 1, H, W)``, ``(B, 1, 1, 1)``
+    float32: PIL's ``int(mean + 0.5)``, in integers ``(2 sum + n) // (2 n)``."""
+    n = grey.shape[-2] * grey.shape[-1]
+    total = grey.sum(dim=(1, 2, 3), keepdim=True, dtype=torch.int64)
+    return total.mul_(2).add_(n).div_(2 * n, rounding_mode="floor").to(torch.float32)
 
 
 def contrast_table(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
     """The table of :func:`contrast` for each image (its mean grey level), ``(B, 1, 1, 256)``."""
-    return blend(_mean_grey(images, True), _ramp(images.device), factor, True)
+    return contrast_table_of_mean(_mean_grey(images, True), factor)
+
+
+def contrast_table_of_mean(mean: Tensor, factor: Tensor) -> Tensor:
+    """:func:`contrast_table` for images whose rounded mean grey level is ``mean`` ``(B, 1, 1, 1)``."""
+    return blend(mean, _ramp(mean.device), factor, True)
 
 
 def contrast(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
@@ -527,6 +570,20 @@ def sharpness_degenerate(images: Tensor, quantize: bool) -> Tensor | None:
     rows = images[..., :-2] + images[..., 1:-1] + images[..., 2:]
     box = rows[..., :-2, :] + rows[..., 1:-1, :] + rows[..., 2:, :]
     return _round_half_up(box.add_(images[..., 1:-1, 1:-1], alpha=4.0).div_(13.0), quantize)
+
+
+def smooth_int16(levels: Tensor) -> Tensor | None:
+    """:func:`sharpness_degenerate` of whole levels held as int16 ``(B, C, H, W)``, in integers:
+    ``floor(v / 13 + 1/2) = (v + 6) // 13`` for the whole ``v = box sum + 4 centre`` (at most 3315), so
+    the same values as the float kernel, in 2-byte passes instead of 4-byte ones; ``None`` under 3x3."""
+    h, w = levels.shape[-2:]
+    if h < 3 or w < 3:
+        return None
+    rows = levels[..., :-2] + levels[..., 1:-1]
+    rows += levels[..., 2:]
+    box = rows[..., :-2, :] + rows[..., 1:-1, :]
+    box += rows[..., 2:, :]
+    return box.add_(levels[..., 1:-1, 1:-1], alpha=4).add_(6).div_(13, rounding_mode="floor")
 
 
 def sharpness(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
@@ -585,33 +642,55 @@ def _float64_255(device: torch.device) -> Tensor:
     return torch.tensor(255.0, dtype=torch.float64, device=device)
 
 
-@functools.lru_cache(maxsize=8)
-def _equalize_constants(device: torch.device) -> tuple[Tensor, Tensor]:
-    """One, to count pixels with, and the identity table (float64), for :func:`equalize`."""
-    one = torch.ones(1, 1, 1, dtype=torch.float64, device=device)
-    return one, torch.arange(256, dtype=torch.float64, device=device)
+@functools.lru_cache(maxsize=16)
+def _equalize_constants(device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """One, to count pixels with, and the identity table, in ``dtype``, for :func:`histogram` and
+    :func:`equalize_lut`."""
+    return torch.ones(1, 1, 1, dtype=dtype, device=device), torch.arange(256, dtype=dtype, device=device)
+
+
+def _count_dtype(n: int) -> torch.dtype:
+    """The float dtype that holds the counts of ``n`` pixels and :func:`equalize_lut`'s arithmetic exactly:
+    float32 below :data:`_EXACT_FLOAT32_EQUALIZE` pixels, float64 above."""
+    return torch.float32 if n < _EXACT_FLOAT32_EQUALIZE else torch.float64
+
+
+def histogram(index: Tensor) -> Tensor:
+    """Per image and channel, how many pixels hold each level: ``index`` ``(B, C, N)`` int64 whole levels
+    -> ``(B, C, 256)`` counts, whole numbers in floats (:func:`_count_dtype`). A scatter of ones, with no
+    host read (``bincount``'s size depends on the data)."""
+    b, c, n = index.shape
+    one = _equalize_constants(index.device, _count_dtype(n))[0]
+    return torch.zeros(b, c, 256, dtype=one.dtype, device=index.device).scatter_add_(2, index, one.expand(b, c, n))
+
+
+def equalize_lut(hist: Tensor, n: int) -> Tensor:
+    """PIL's equalize table from each channel's :func:`histogram` ``(B, C, 256)`` of ``n`` pixels, ``(B, C,
+    256)`` whole levels in the histogram's dtype: ``step = (pixels below the highest occupied level) //
+    255``, ``lut[i] = (step // 2 + below[i]) // step``, the identity where ``step`` is 0. PIL computes in
+    integers; so does this, in floats that hold them exactly."""
+    identity = _equalize_constants(hist.device, hist.dtype)[1]
+    below = hist.cumsum(dim=2).sub_(hist)  # pixels below each level; n above the highest occupied one
+    # below[top] is the largest value of ``below`` under n. (True division then floor: exact for these
+    # whole numbers, and on CPUs several times faster than an integer division, which has no vector form.)
+    step = torch.where(below < n, below, 0.0).amax(dim=2, keepdim=True).div_(255.0).floor_()
+    lut = below.add_(step.mul(0.5).floor_()).div_(step.clamp(min=1.0)).floor_()
+    return torch.where(step > 0, lut.clamp_(max=255.0), identity)
+
+
+#: Below this many pixels float32 holds :func:`equalize_lut`'s arithmetic exactly: every count and sum is a
+#: whole number under 2^24, and the floor of a float32 quotient a / b of whole numbers is a // b while
+#: a + b < 2^24 (a quotient that is not whole lies at least 1 / b below the next whole number, more than
+#: float32's relative error 2^-24 of it). Here a <= n + n / 510 and b <= n / 255.
+_EXACT_FLOAT32_EQUALIZE = 1 << 23
 
 
 def _equalize(levels: Tensor) -> tuple[Tensor, Tensor]:
-    """PIL's equalize table of whole ``levels`` ``(B, C, H, W)``, ``(B, C, 256)`` float64, and the levels as
-    int64 indices ``(B, C, H W)``.
-
-    PIL's integer arithmetic runs in float64, which holds these counts exactly (far below 2^53) and gives
-    exactly PIL's floor divisions.
-    """
+    """PIL's equalize table of whole ``levels`` ``(B, C, H, W)``, ``(B, C, 256)`` (:func:`equalize_lut`),
+    and the levels as int64 indices ``(B, C, H W)``."""
     b, c, h, w = levels.shape
-    n = h * w
-    one, identity = _equalize_constants(levels.device)
-    index = levels.reshape(b, c, n).long()
-    hist = torch.zeros(b, c, 256, dtype=torch.float64, device=levels.device)
-    hist = hist.scatter_add_(2, index, one.expand(b, c, n))
-    below = hist.cumsum(dim=2).sub_(hist)  # pixels below each level; n above the highest occupied one
-    # PIL: step = (pixels below the highest occupied level) // 255; lut[i] = (step // 2 + below[i]) // step,
-    # the identity where step is 0. below[top] is the largest value of ``below`` under n.
-    # (true division then floor: exact for these whole numbers, and faster than rounding_mode="floor")
-    step = torch.where(below < n, below, 0.0).amax(dim=2, keepdim=True).div_(255.0).floor_()
-    lut = below.add_(step.mul(0.5).floor_()).div_(step.clamp(min=1.0)).floor_()
-    return torch.where(step > 0, lut.clamp_(max=255.0), identity), index
+    index = levels.reshape(b, c, h * w).long()
+    return equalize_lut(histogram(index), h * w), index
 
 
 def equalize_table(images: Tensor, magnitude: Tensor | None, ctx: KernelContext) -> Tensor:

@@ -1,0 +1,154 @@
+"""What the batched path without host synchronisation moves through memory per image (issue 21): base and now.
+
+From B = 4,096 on, an H100 runs the eager sync-free call at the speed of its memory, not of its launches
+(``benchmarks/RESULTS.md``, "On the H100 (2026-11-27)"). So this script models what the GPU pays: it records
+every aten op one call dispatches (``TorchDispatchMode``, on the CPU, with the accelerators' path forced) and
+adds up the bytes each op reads and writes: every tensor argument read once (a broadcast operand at its own
+size, not the expanded one; the ``out=`` tensor not read), every result written once (an in-place op reads
+and writes its tensor), views free. A model, not a measurement: it knows no cache (an operand read by three
+channels counts three times only when it is really three times as big), and the GPU's route through
+``from_levels`` (float -> uint8 directly) skips one int16 pass the CPU's route makes here. It also times the
+call's thread CPU time at the same batch, base and now interleaved (ABBA), on this CPU.
+
+Usage::
+
+    PYTHONPATH=. python benchmarks/sync_free_bytes.py --base c2ead9e [--batch-size 1024] [--size 32]
+        [--passes 12] [--out benchmarks/results/sync_free_bytes]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import importlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from compare_commits import import_base  # noqa: E402
+from sync_free import _policy  # noqa: E402
+from throughput import default_data_dir, git_commit, load_images  # noqa: E402
+
+import hba_augment  # noqa: E402
+import hba_augment.functional._augment as augment_module  # noqa: E402
+
+_FREE = {"view", "_unsafe_view", "expand", "slice", "select", "unsqueeze", "squeeze", "permute", "t", "unbind",
+         "split", "split_with_sizes", "as_strided", "alias", "detach", "empty", "empty_like", "empty_strided"}
+
+
+def footprint(tensor: torch.Tensor) -> int:
+    """Bytes of the distinct elements a tensor addresses: its size without its broadcast (stride-0) dims."""
+    elements = 1
+    for size, stride in zip(tensor.shape, tensor.stride(), strict=True):
+        elements *= size if stride else 1
+    return elements * tensor.element_size()
+
+
+class BytesRecorder(TorchDispatchMode):
+    """Counts the ops dispatched and the bytes they read and write (see the module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+        self.bytes = 0
+        self.per_op: collections.Counter[str] = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = func.overloadpacket.__name__
+        self.ops += 1
+        if name in _FREE:
+            return out
+        reads = [a for a in torch.utils._pytree.tree_leaves((args, {k: v for k, v in kwargs.items() if k != "out"}))
+                 if isinstance(a, torch.Tensor)]
+        writes = [o for o in torch.utils._pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
+        moved = sum(map(footprint, reads)) + sum(map(footprint, writes))
+        self.bytes += moved
+        self.per_op[name] += moved
+        return out
+
+
+def record(module, function, images: torch.Tensor, prob: torch.Tensor, mag: torch.Tensor) -> BytesRecorder:
+    """One forced sync-free call of ``function`` (``module`` its ``_augment``), after a warm-up call."""
+    module._FORCE_SYNC_FREE = True
+    function(images, prob, mag, generator=torch.Generator().manual_seed(0))
+    with BytesRecorder() as recorder:
+        function(images, prob, mag, generator=torch.Generator().manual_seed(0))
+    module._FORCE_SYNC_FREE = None
+    return recorder
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", required=True, help="git commit (or a git-archive tar of it) to compare with")
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--size", type=int, default=32)
+    parser.add_argument("--passes", type=int, default=12)
+    parser.add_argument("--data-dir", type=Path, default=default_data_dir())
+    parser.add_argument("--out", type=Path, help="write OUT.md and OUT.json")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    images = load_images(args.data_dir, args.batch_size, args.size)
+    prob, mag = _policy()
+    b = args.batch_size
+    lines = [
+        f"# Bytes per image of the sync-free batched call, and its CPU time ({args.size}x{args.size}, B = {b})", "",
+        f"- Command: `PYTHONPATH=. python benchmarks/sync_free_bytes.py {' '.join(sys.argv[1:] if argv is None else argv)}`",
+        f"- Date: {datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds')}; commit: {git_commit()} "
+        f"(the package: {Path(hba_augment.__file__).parent}); torch {torch.__version__}, 1 thread; "
+        f"load average {os.getloadavg()[0]:.2f}",
+        "- Every slot p = 0.5, mid-range magnitudes; lossless CIFAR-10; the accelerators' path forced on the CPU.",
+        "", "| package | dtype | aten ops per call | bytes moved per image (model) | x the image's bytes | "
+        "CPU ms per call (median) | img/s on this CPU |", "|---|---|---|---|---|---|---|",
+    ]
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        base = import_base(args.base, Path(tmp))
+        base_module = importlib.import_module("hba_base.functional._augment")
+        candidates = {
+            f"base ({args.base})": (base_module, base.functional.augment),
+            "now": (augment_module, hba_augment.functional.augment),
+        }
+        for dtype in (torch.uint8, torch.float32):
+            x = images if dtype == torch.uint8 else images.float() / 255
+            times = {name: [] for name in candidates}
+            for module, _ in candidates.values():
+                module._FORCE_SYNC_FREE = True
+            for i in range(args.passes):
+                for name in list(candidates) if i % 2 == 0 else list(candidates)[::-1]:
+                    start = time.thread_time()
+                    candidates[name][1](x, prob, mag, generator=torch.Generator().manual_seed(i))
+                    times[name].append(time.thread_time() - start)
+            for name, (module, function) in candidates.items():
+                recorder = record(module, function, x, prob, mag)
+                per_image = recorder.bytes / b
+                median = statistics.median(times[name])
+                dtype_name = str(dtype).removeprefix("torch.")
+                results[f"{name} {dtype_name}"] = {
+                    "ops": recorder.ops, "bytes_per_image": per_image, "cpu_ms": median * 1e3,
+                    "top_ops": {k: v / b for k, v in recorder.per_op.most_common(8)},
+                }
+                lines.append(f"| {name} | {dtype_name} | {recorder.ops} | {per_image / 1e3:,.0f} KB | "
+                             f"{per_image / x[0].nbytes:,.0f} | {median * 1e3:.1f} | {b / median:,.0f} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.with_suffix(".md").write_text(text)
+        args.out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
