@@ -14,7 +14,7 @@ import pytest
 import torch
 from torchvision.transforms import InterpolationMode
 
-from hba_augment.functional import OPS, apply_op
+from hba_augment.functional import OP_NAMES, OPS, apply_op
 from hba_augment.functional._kernels import KernelContext
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
@@ -205,3 +205,29 @@ def test_gradients_flow_through_augment(sync_free, mode, cifar_images, monkeypat
     assert expected.sum() >= 12  # the draws applied ops with magnitudes
     assert torch.isfinite(mag.grad).all()
     assert torch.equal(mag.grad != 0, expected), "gradients must reach exactly the magnitudes applied"
+
+
+@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
+def test_both_batched_paths_give_the_same_gradients(mode, cifar_images, monkeypatch):
+    # The sync-free path computes the ops differently (the enhancers as one blend of the whole batch, each
+    # op from the step's input, then a select): the gradients must still be the grouped path's, image by
+    # image and magnitude by magnitude, for the same draws.
+    import hba_augment.functional._augment as augment_module
+    from hba_augment.functional import augment
+
+    b = 24
+    mag = torch.tensor([[spec.low + 0.6 * (spec.high - spec.low) if spec.has_magnitude else 0.0 for spec in OPS]] * 2)
+    grads = []
+    for sync_free in (False, True):
+        monkeypatch.setattr(augment_module, "_FORCE_SYNC_FREE", sync_free)
+        images = (cifar_images[:b].double() / 255).requires_grad_(True)
+        magnitudes = mag.expand(b, -1, -1).clone().requires_grad_(True)
+        prob = torch.full((b, 2, len(OPS)), 0.5)
+        prob[:, :, OP_NAMES.index("Cutout")] = 0.0  # the two paths draw Cutout's centres differently
+        out = augment(images, prob, magnitudes, interpolation=MODES[mode], generator=torch.Generator().manual_seed(1))
+        (out * _weights(out)).sum().backward()
+        grads.append((images.grad, magnitudes.grad))
+    (image_grouped, mag_grouped), (image_free, mag_free) = grads
+    assert (mag_grouped != 0).sum() >= 12
+    torch.testing.assert_close(image_free, image_grouped, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(mag_free, mag_grouped, rtol=1e-9, atol=1e-12)

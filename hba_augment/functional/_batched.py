@@ -10,8 +10,9 @@ not draw it exactly unchanged:
 * on uint8 images, both from the step's input (an image draws one op): every op with a table
   (``OpSpec.table``) as one lookup through a per-image table, the identity table for the others; the two
   ops without one, Color and Sharpness, as one blend of the whole batch, each image with its own
-  degenerate image and factor; each image keeps the result of the stage of its op. On float images, each
-  non-geometric op on the whole batch, selected per image;
+  degenerate image and factor; each image keeps the result of the stage of its op. On float images, the
+  four enhancers (Contrast, Color, Brightness, Sharpness) as one blend likewise, and each other
+  non-geometric op on the whole batch, all from the step's input, selected per image;
 * Cutout: a per-image patch, empty for the images that did not draw it.
 
 Each image still gets each op's own arithmetic with its own parameters, so its pixels are those of
@@ -52,6 +53,9 @@ _SHARPNESS = next(k for k, spec in enumerate(OPS) if spec.kernel is K.sharpness)
 _AUTO_CONTRAST = next(k for k, spec in enumerate(OPS) if spec.table is K.auto_contrast_table)
 _EQUALIZE = next(k for k, spec in enumerate(OPS) if spec.table is K.equalize_table)
 _CONTRAST = next(k for k, spec in enumerate(OPS) if spec.table is K.contrast_table)
+_BRIGHTNESS = next(k for k, spec in enumerate(OPS) if spec.kernel is K.brightness)
+#: PIL's enhancers: blends of each image with a degenerate image, identity at factor 1.
+_BLENDS = (_CONTRAST, _COLOR, _BRIGHTNESS, _SHARPNESS)
 # The uint8 stage _enhancers is written for exactly these two ops without a table (besides Cutout, which has
 # its own stage): a new one must get a stage of its own, not pass through unapplied (a raise, not an assert,
 # so that python -O keeps the check).
@@ -61,7 +65,12 @@ if {k for k, spec in enumerate(OPS) if not spec.geometric and spec.table is None
 # levels): a new such op needs its statistic there.
 if set(_COMPUTED_TABLE_OPS) != {_AUTO_CONTRAST, _EQUALIZE, _CONTRAST}:
     raise RuntimeError("an op with an image-dependent uint8 table needs its statistic in _batched._tables")
-_POINTWISE_FLOAT = tuple(k for k, spec in enumerate(OPS) if not spec.geometric and k != _CUTOUT)
+if any(OPS[k].identity != 1.0 for k in _BLENDS):
+    raise RuntimeError("_blends_float gives the images that drew no blend the factor 1: the blends' identity")
+#: The float stage's ops besides the blends, each computed on the whole batch and selected per image.
+_POINTWISE_FLOAT = tuple(
+    k for k, spec in enumerate(OPS) if not spec.geometric and k != _CUTOUT and k not in _BLENDS
+)
 
 
 @functools.lru_cache(maxsize=8)
@@ -120,9 +129,12 @@ def apply_step(
     if levels.dtype == torch.uint8:
         levels = _pointwise_uint8(levels, drew, mags, ctx, fixed_table)
     else:
+        # Every image draws one op a step: each kernel reads the step's input, each image keeps its own op's.
+        out = _blends_float(levels, drew, mags)
         for k in _POINTWISE_FLOAT:
             magnitude = mags[k] if OPS[k].has_magnitude else None
-            levels = _select(drew[k], OPS[k].kernel(levels, magnitude, ctx), levels)
+            out = _select(drew[k], OPS[k].kernel(levels, magnitude, ctx), out)
+        levels = out
     return OPS[_CUTOUT].kernel(levels, mags[_CUTOUT], ctx)  # identity magnitude 0: an empty patch
 
 
@@ -185,6 +197,28 @@ def _enhancers(levels: Tensor, grey: Tensor, drew: Tensor, mags: Tensor) -> Tens
     blended = torch.sub(x, degenerate, out=torch.empty(x.shape, dtype=torch.float32, device=x.device))
     blended.mul_(factor).add_(degenerate).clamp_(0.0, 255.0)
     return from_levels(blended, torch.uint8)
+
+
+def _blends_float(levels: Tensor, drew: Tensor, mags: Tensor) -> Tensor:
+    """Contrast, Color, Brightness and Sharpness of the float batch as one blend of each image with its own
+    degenerate image (its mean grey level; its grey levels; black; its SMOOTH inside the kept 1-pixel
+    border) and factor: the same arithmetic, values and gradients as the four kernels (``d + f (x - d)``,
+    clamped; Brightness's ``f x`` is that with ``d = 0``), for one blend's passes over the batch instead of
+    four, and one grey image for Contrast and Color. The images that drew none keep their levels (a select:
+    blending with themselves at factor 1 would also clamp them, and a BILINEAR warp's levels can lie an ulp
+    outside [0, 255])."""
+    grey = K.color_degenerate(levels, False)
+    degenerate = _select(drew[_COLOR], grey, levels)
+    degenerate = _select(drew[_CONTRAST], K.mean_of_grey(grey, False), degenerate)
+    degenerate = _select(drew[_BRIGHTNESS], torch.zeros_like(levels[:1, :1, :1, :1]), degenerate)
+    smooth = K.sharpness_degenerate(levels, False)
+    if smooth is not None:
+        inner = degenerate[..., 1:-1, 1:-1]
+        inner.copy_(_select(drew[_SHARPNESS], smooth, inner))
+    # mags holds each op's identity (1) where the image did not draw it, and an image draws one op.
+    factor = mags[_CONTRAST] * mags[_COLOR] * mags[_BRIGHTNESS] * mags[_SHARPNESS]
+    drew_blend = drew[_CONTRAST] | drew[_COLOR] | drew[_BRIGHTNESS] | drew[_SHARPNESS]
+    return _select(drew_blend, K.blend(degenerate, levels, factor, False), levels)
 
 
 def _tables(

@@ -54,6 +54,7 @@ __all__ = [
     "invert_table",
     "lookup",
     "mean_grey_uint8",
+    "mean_of_grey",
     "nearest_index",
     "posterize",
     "posterize_table",
@@ -492,7 +493,11 @@ def brightness(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
 
 def _mean_grey(images: Tensor, quantize: bool) -> Tensor:
     """The image's mean grey level, rounded to 8 bits as PIL's ImageStat, ``(B, 1, 1, 1)``."""
-    grey = _grayscale(images, quantize)
+    return mean_of_grey(_grayscale(images, quantize), quantize)
+
+
+def mean_of_grey(grey: Tensor, quantize: bool) -> Tensor:
+    """:func:`_mean_grey` of images whose grey levels (:func:`color_degenerate`) are ``grey`` ``(B, 1, H, W)``."""
     dtype = _float_dtype(grey)
     if grey.shape[-2] * grey.shape[-1] > _EXACT_FLOAT32_MEAN:
         # A float32 mean of a larger image (299x299, say) can round onto the half level just above the true
