@@ -1,0 +1,151 @@
+"""How fast N trainings run side by side on one device, eager and with ``--cuda-graphs`` (issue 21; issue 20's
+campaigns).
+
+Paper-scale runs on a lent GPU are several trainings at once (``gpu_campaign.py``), and each is bound by the
+host launching kernels: eight at once took 1.57 s per epoch each on an H100, where one alone took 0.62 s
+(``benchmarks/campaigns/README.md``). ``train --cuda-graphs`` replays each full batch's whole step from one
+CUDA graph. This starts ``--procs`` copies of the same ``hba-augment train`` command at once, for each mode
+in turn (``--modes``, by default ``graphs`` then ``eager``), and reads each run's ``history.jsonl``: the
+median of its epochs' ``train_seconds`` (the first epoch, which captures the graph, excluded where there
+are more), the run's wall time and its test error. Every mode runs on the same device in the same call, so
+the ratio is a fair one.
+
+Usage (on the lent GPU, the JPEG archive carried in ``.device/data``)::
+
+    python3 benchmarks/train_speed.py --data-dir .device/data/cifar-10-jpeg.tar.gz --procs 8 \\
+        --epochs graphs=20,eager=10 --out $OUT/train_speed
+
+writes ``OUT.json`` and ``OUT.md``. On the CPU, ``--device cpu`` runs the same (the step is not captured
+there: both modes run the same eager step), which is what the test does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MODES = {"eager": [], "graphs": ["--cuda-graphs"]}
+
+
+def _epochs(text: str) -> dict[str, int]:
+    out = {}
+    for part in text.split(","):
+        mode, _, value = part.partition("=")
+        if mode not in MODES or not value.isdigit() or int(value) < 1:
+            raise argparse.ArgumentTypeError(f"expected MODE=EPOCHS with MODE in {sorted(MODES)}, got {part!r}")
+        out[mode] = int(value)
+    return out
+
+
+def train_command(args: argparse.Namespace, mode: str, out: Path) -> list[str]:
+    """The ``hba-augment train`` command of one run of ``mode``."""
+    return [sys.executable, "-m", "hba_augment", "train", "--dataset", args.dataset, "--data-dir", args.data_dir,
+            "--preset", args.preset, "--model", args.model, "--policy", args.policy, "--epochs",
+            str(args.epochs[mode]), "--train-size", str(args.train_size), "--device", args.device, "--threads",
+            str(args.threads), "--no-progress", *shlex.split(args.extra), *MODES[mode], "--out", str(out)]
+
+
+def summarise(run: Path) -> dict[str, object]:
+    """Per-epoch training seconds (median, first epoch excluded where there are more) and the test error of
+    the run in ``run``."""
+    history = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines() if line.strip()]
+    seconds = [entry["train_seconds"] for entry in history]
+    result = json.loads((run / "result.json").read_text()) if (run / "result.json").exists() else {}
+    return {"epochs": len(seconds), "first_epoch_seconds": seconds[0] if seconds else None,
+            "median_epoch_seconds": statistics.median(seconds[1:] or seconds) if seconds else None,
+            "test_error": result.get("test_error")}
+
+
+def run_mode(args: argparse.Namespace, mode: str, root: Path) -> list[dict[str, object]]:
+    """``--procs`` runs of ``mode`` at once; their summaries, with each process's wall time and exit code."""
+    procs = []
+    for i in range(args.procs):
+        out = root / f"{mode}-{i}"
+        log = open(root / f"{mode}-{i}.log", "w", encoding="utf-8")  # closed below, once the process ended
+        procs.append((out, log, time.perf_counter(), subprocess.Popen(
+            train_command(args, mode, out), stdout=log, stderr=subprocess.STDOUT)))
+    rows = []
+    for out, log, start, proc in procs:
+        code = proc.wait(timeout=args.timeout)
+        wall = time.perf_counter() - start
+        log.close()
+        row = {"mode": mode, "run": out.name, "exit_code": code, "wall_seconds": wall}
+        if code == 0:
+            row.update(summarise(out))
+        else:
+            row["log_tail"] = (root / f"{out.name}.log").read_text()[-2000:]
+        rows.append(row)
+    return rows
+
+
+def _fmt(row: dict[str, object], key: str, spec: str = ".3f") -> str:
+    return format(row[key], spec) if isinstance(row.get(key), int | float) else "-"
+
+
+def markdown(meta: dict[str, object], rows: list[dict[str, object]]) -> str:
+    lines = [f"# {meta['procs']} trainings side by side, per mode ({meta['device']})", "",
+             f"- Command: `{meta['command']}`", f"- Date: {meta['date']}", "",
+             "| mode | run | epochs | s per epoch (median) | first epoch s | wall s | test error | exit |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['mode']} | {r['run']} | {r.get('epochs', '-')} | {_fmt(r, 'median_epoch_seconds')} | "
+                     f"{_fmt(r, 'first_epoch_seconds')} | {_fmt(r, 'wall_seconds', '.0f')} | "
+                     f"{_fmt(r, 'test_error', '.2f')} | {r['exit_code']} |")
+    for mode in dict.fromkeys(r["mode"] for r in rows):
+        values = [r["median_epoch_seconds"] for r in rows if r["mode"] == mode and r.get("median_epoch_seconds")]
+        if values:
+            lines.append(f"\n{mode}: median over runs {statistics.median(values):.3f} s per epoch")
+    return "\n".join(lines) + "\n"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--dataset", default="imagefolder")
+    p.add_argument("--data-dir", required=True)
+    p.add_argument("--preset", default="cifar10")
+    p.add_argument("--model", default="wrn-40-2")
+    p.add_argument("--policy", default="hba:cifar10")
+    p.add_argument("--train-size", type=int, default=4000)
+    p.add_argument("--epochs", type=_epochs, default=_epochs("graphs=20,eager=10"),
+                   help="MODE=EPOCHS,... in the order to run (default: graphs=20,eager=10)")
+    p.add_argument("--procs", type=int, default=8, help="trainings at once (default: 8)")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--threads", type=int, default=2, help="torch threads per training (default: 2)")
+    p.add_argument("--extra", default="--amp --num-workers 2", help="more train options (default: the campaigns')")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds a mode may take (default: 600)")
+    p.add_argument("--out", type=Path, help="write OUT.json and OUT.md")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in args.epochs:
+            rows += run_mode(args, mode, Path(tmp))
+    device = args.device
+    if device.startswith("cuda"):
+        import torch  # only here: the script itself runs no torch
+
+        device = torch.cuda.get_device_name(torch.device(device))
+    meta = {"procs": args.procs, "device": device, "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "command": "python3 benchmarks/train_speed.py " + shlex.join(sys.argv[1:] if argv is None else argv)}
+    text = markdown(meta, rows)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.with_suffix(".json").write_text(json.dumps({**meta, "rows": rows}, indent=1) + "\n")
+        args.out.with_suffix(".md").write_text(text)
+    return 0 if all(r["exit_code"] == 0 for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""benchmarks/train_speed.py: trainings side by side per mode, read back from their histories (timings are not
+checked: on the CPU both modes run the same eager step)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "train_speed.py"
+
+
+@pytest.fixture(scope="module")
+def train_speed():
+    spec = importlib.util.spec_from_file_location("train_speed", _PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["train_speed"] = module
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop("train_speed", None)
+
+
+def test_each_mode_runs_its_trainings_at_once_and_is_summarised(train_speed, cifar_dir: Path, tmp_path: Path):
+    out = tmp_path / "speed"
+    code = train_speed.main([
+        "--dataset", "cifar10", "--data-dir", str(cifar_dir), "--model", "wrn-10-1", "--train-size", "64",
+        "--epochs", "graphs=2,eager=1", "--procs", "2", "--device", "cpu", "--threads", "1",
+        "--extra", "--test-size 32 --batch-size 32 --num-workers 0", "--out", str(out),
+    ])
+    assert code == 0
+    rows = json.loads(out.with_suffix(".json").read_text())["rows"]
+    assert [(r["mode"], r["epochs"]) for r in rows] == [("graphs", 2), ("graphs", 2), ("eager", 1), ("eager", 1)]
+    for r in rows:
+        assert r["exit_code"] == 0 and r["median_epoch_seconds"] > 0 and 0 <= r["test_error"] <= 100
+    assert "graphs: median over runs" in out.with_suffix(".md").read_text()
+
+
+def test_a_failing_run_is_reported_with_its_log(train_speed, tmp_path: Path):
+    code = train_speed.main(["--dataset", "cifar10", "--data-dir", str(tmp_path / "missing"), "--epochs", "eager=1",
+                             "--procs", "1", "--device", "cpu", "--out", str(tmp_path / "speed")])
+    assert code == 1
+    (row,) = json.loads((tmp_path / "speed.json").read_text())["rows"]
+    assert row["exit_code"] != 0 and "missing" in row["log_tail"]
+
+
+@pytest.mark.parametrize("text", ["graphs", "eager=0", "fast=3", "eager=x"])
+def test_bad_epochs_are_refused(train_speed, text):
+    with pytest.raises(SystemExit):
+        train_speed.build_parser().parse_args(["--data-dir", "x", "--epochs", text])
