@@ -10,10 +10,15 @@ channels counts three times only when it is really three times as big), and the 
 ``from_levels`` (float -> uint8 directly) skips one int16 pass the CPU's route makes here. It also times the
 call's thread CPU time at the same batch, base and now interleaved (ABBA), on this CPU.
 
+With ``--compiled``, it also compiles the working tree's call (``torch.compile``, inductor, ``fullgraph``) and
+adds up the intermediate buffers inductor's generated code writes per image: what ``torch.compile``
+should save on a GPU, whose inductor fuses the same graph. Each buffer is written once and read at least
+once, and the input and output come on top, so the traffic is some small multiple of that figure.
+
 Usage::
 
     PYTHONPATH=. python benchmarks/sync_free_bytes.py --base c2ead9e [--batch-size 1024] [--size 32]
-        [--passes 12] [--out benchmarks/results/sync_free_bytes]
+        [--passes 12] [--compiled] [--out benchmarks/results/sync_free_bytes]
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ import collections
 import datetime
 import importlib
 import json
+import math
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -80,6 +87,28 @@ class BytesRecorder(TorchDispatchMode):
         return out
 
 
+_BUFFER = re.compile(r"empty_strided_\w+\(\(([^)]*)\), \([^)]*\), (torch\.\w+)\)")
+
+
+def compiled_buffer_bytes(images: torch.Tensor, prob: torch.Tensor, mag: torch.Tensor) -> tuple[int, int]:
+    """The buffers inductor's code for one forced sync-free call writes (their bytes, all together), and how
+    many."""
+    from torch._inductor.utils import run_and_get_code  # inductor's own way to see its code; imported late
+
+    augment_module._FORCE_SYNC_FREE = True
+    try:
+        fn = torch.compile(lambda x: hba_augment.functional.augment(x, prob, mag, check_policy=False), fullgraph=True)
+        # Without reuse every buffer a kernel writes is its own allocation, so the allocations count the writes.
+        with torch._inductor.config.patch(allow_buffer_reuse=False):
+            _, sources = run_and_get_code(fn, images)
+    finally:
+        augment_module._FORCE_SYNC_FREE = None
+    buffers = [(shape, dtype) for source in sources for shape, dtype in _BUFFER.findall(source)]
+    total = sum(math.prod(int(v) for v in shape.split(",") if v.strip()) * getattr(torch, dtype.split(".")[1]).itemsize
+                for shape, dtype in buffers)
+    return total, len(buffers)
+
+
 def record(module, function, images: torch.Tensor, prob: torch.Tensor, mag: torch.Tensor) -> BytesRecorder:
     """One forced sync-free call of ``function`` (``module`` its ``_augment``), after a warm-up call."""
     module._FORCE_SYNC_FREE = True
@@ -97,6 +126,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--size", type=int, default=32)
     parser.add_argument("--passes", type=int, default=12)
     parser.add_argument("--data-dir", type=Path, default=default_data_dir())
+    parser.add_argument("--compiled", action="store_true",
+                        help="also count the buffers of the compiled call (inductor; about 30 s of compiling per dtype)")
     parser.add_argument("--out", type=Path, help="write OUT.md and OUT.json")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -142,6 +173,14 @@ def main(argv: list[str] | None = None) -> None:
                 }
                 lines.append(f"| {name} | {dtype_name} | {recorder.ops} | {per_image / 1e3:,.0f} KB | "
                              f"{per_image / x[0].nbytes:,.0f} | {median * 1e3:.1f} | {b / median:,.0f} |")
+    if args.compiled:
+        lines += ["", "| dtype | compiled call (now): intermediate buffers per image | buffers |", "|---|---|---|"]
+        for dtype in (torch.uint8, torch.float32):
+            x = images if dtype == torch.uint8 else images.float() / 255
+            total, count = compiled_buffer_bytes(x, prob, mag)
+            dtype_name = str(dtype).removeprefix("torch.")
+            results[f"compiled {dtype_name}"] = {"buffer_bytes_per_image": total / b, "buffers": count}
+            lines.append(f"| {dtype_name} | {total / b / 1e3:,.1f} KB | {count} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

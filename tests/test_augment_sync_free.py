@@ -348,6 +348,8 @@ def test_torch_compile_traces_the_batched_call_as_one_graph(dtype, kwargs, cifar
     def call(x, p, m):
         return augment(x, p, m, check_policy=False, **kwargs)
 
+    # A checked eager call first: the policies it remembers must not stop the trace of the same tensors.
+    augment(images, prob, mag, **kwargs)
     torch._dynamo.reset()
     compiled = torch.compile(call, fullgraph=True, backend="aot_eager")
     torch.manual_seed(7)

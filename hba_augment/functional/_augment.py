@@ -181,6 +181,10 @@ def _checked_policy(prob: Tensor, mag: Tensor, batch: int, device: torch.device,
         key = (prob._version, mag._version, device, batch if prob.ndim == 3 or mag.ndim == 3 else None)
     except (AttributeError, RuntimeError):  # not tensors, or inference tensors (no version counter)
         key = None
+    if torch.compiler.is_compiling():
+        # A traced call prepares its policy in the graph: comparing a remembered entry's version counters
+        # with the traced tensors' is a data-dependent guard that stops a full-graph compile.
+        key = None
     if key is not None:
         for entry in _CHECKED:
             if entry[0]() is prob and entry[1]() is mag and entry[2] == key:

@@ -173,7 +173,10 @@ def _pointwise_uint8(
     b, c, h, w = levels.shape
     index = levels.reshape(b, c, h * w).long()
     grey = K.grey_uint8(levels)
-    looked = _tables(levels, index, grey, drew, mags, ctx, fixed_table).gather(2, index).view(b, c, h, w)
+    # Compiled, the lookup makes its own indices: inductor then computes them inside the gather's kernel
+    # instead of keeping an int64 copy of the batch for both uses (a third of the compiled call's buffers).
+    lookup_index = levels.reshape(b, c, h * w).long() if torch.compiler.is_compiling() else index
+    looked = _tables(levels, index, grey, drew, mags, ctx, fixed_table).gather(2, lookup_index).view(b, c, h, w)
     blended = _enhancers(levels, grey, drew, mags)
     return _select(drew[_COLOR] | drew[_SHARPNESS], blended, looked)
 
