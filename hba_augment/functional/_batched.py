@@ -20,10 +20,11 @@ Each image still gets each op's own arithmetic with its own parameters, so its p
 image (the draws keep their distribution, not their stream).
 
 Every stage touches every pixel of the batch, so on a GPU a large batch costs what its passes move through
-memory. The uint8 stages therefore compute in the narrowest integers that are exact (int16 levels, int32
-grey levels and histograms) and share what several ops read (the int64 levels of the lookup and of
-Equalize's histogram; the grey levels of Contrast and Color): ``benchmarks/sync_free_bytes.py`` counts the
-bytes (``benchmarks/RESULTS.md``, "Sync-free batches").
+memory. The uint8 stages therefore compute in the narrowest types that are exact (int16 levels, int32 grey
+levels, float32 histograms) and share what several ops read (the int64 levels of the lookup and of
+Equalize's histogram; the grey levels of Contrast and Color), and the float stage blends once for the four
+enhancers: ``benchmarks/sync_free_bytes.py`` counts the bytes (``benchmarks/RESULTS.md``, "Sync-free
+batches").
 """
 
 from __future__ import annotations
