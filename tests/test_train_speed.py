@@ -3,27 +3,17 @@ checked: on the CPU both modes run the same eager step)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "train_speed.py"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import train_speed
 
 
-@pytest.fixture(scope="module")
-def train_speed():
-    spec = importlib.util.spec_from_file_location("train_speed", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["train_speed"] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("train_speed", None)
-
-
-def test_each_mode_runs_its_trainings_at_once_and_is_summarised(train_speed, cifar_dir: Path, tmp_path: Path):
+def test_each_mode_runs_its_trainings_at_once_and_is_summarised(cifar_dir: Path, tmp_path: Path):
     out = tmp_path / "speed"
     code = train_speed.main([
         "--dataset", "cifar10", "--data-dir", str(cifar_dir), "--model", "wrn-10-1", "--train-size", "64",
@@ -38,7 +28,7 @@ def test_each_mode_runs_its_trainings_at_once_and_is_summarised(train_speed, cif
     assert "graphs: median over runs" in out.with_suffix(".md").read_text()
 
 
-def test_a_failing_run_is_reported_with_its_log(train_speed, tmp_path: Path):
+def test_a_failing_run_is_reported_with_its_log(tmp_path: Path):
     code = train_speed.main(["--dataset", "cifar10", "--data-dir", str(tmp_path / "missing"), "--epochs", "eager=1",
                              "--procs", "1", "--device", "cpu", "--out", str(tmp_path / "speed")])
     assert code == 1
@@ -47,6 +37,6 @@ def test_a_failing_run_is_reported_with_its_log(train_speed, tmp_path: Path):
 
 
 @pytest.mark.parametrize("text", ["graphs", "eager=0", "fast=3", "eager=x"])
-def test_bad_epochs_are_refused(train_speed, text):
+def test_bad_epochs_are_refused(text):
     with pytest.raises(SystemExit):
         train_speed.build_parser().parse_args(["--data-dir", "x", "--epochs", text])
