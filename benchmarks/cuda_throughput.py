@@ -13,7 +13,9 @@ upsampled for 224x224; the first 4,000 of ``data_batch_1``, tiled), each image d
   with the number of values that differ from the eager call's from the same seed.
 
 Per call: median wall time over ``--repeats`` timed calls (a ``torch.cuda.synchronize`` closes each), the
-CPU time the host spent in it, and images per second. Run on the lent GPU (``benchmarks/campaigns/README.md``)::
+CPU time the host spent in it, and images per second; for the eager and graph rows also the bytes an image
+moves by ``sync_free_bytes.py``'s model (recorded on the device) and the bandwidth that makes. Run on the
+lent GPU (``benchmarks/campaigns/README.md``)::
 
     HBA_DATA_DIR=.device/data python3 benchmarks/cuda_throughput.py --out $OUT/cuda_throughput
 
@@ -35,6 +37,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sync_free_bytes import BytesRecorder  # the bytes model, to read each row as a bandwidth
 from throughput import benchmark_schedule, default_data_dir, load_images  # shared data and schedule
 
 from hba_augment import HBAPolicy
@@ -100,6 +103,16 @@ def _compiled(images: torch.Tensor, prob: torch.Tensor, mag: torch.Tensor) -> tu
     return (lambda: fn(images)), differing
 
 
+def model_bytes(images: torch.Tensor, prob: torch.Tensor, mag: torch.Tensor) -> float:
+    """Bytes one image moves through memory in the batched call, by ``sync_free_bytes.py``'s model (every op's
+    reads and writes, recorded on this device): with a row's images per second, the bandwidth the call
+    reaches."""
+    augment(images, prob, mag, check_policy=False)
+    with BytesRecorder() as recorder:
+        augment(images, prob, mag, check_policy=False)
+    return recorder.bytes / len(images)
+
+
 def run(grid: list[tuple[int, list[int]]], repeats: int, data_dir: Path,
         compile: bool = False) -> list[dict[str, object]]:
     device = torch.device("cuda")
@@ -115,6 +128,7 @@ def run(grid: list[tuple[int, list[int]]], repeats: int, data_dir: Path,
     for size, batches in grid:
         # 4,000: what the shared copy of data_batch_1 holds (the official one has 10,000); larger batches tile it.
         base = load_images(data_dir, min(4_000, max(batches)), size).to(device)
+        per_image = {"uint8": model_bytes(base[:64], prob, mag), "float32": model_bytes(base[:64].float() / 255, prob, mag)}
         for b in batches:
             reps = -(-b // len(base))
             uint8 = base.repeat(reps, 1, 1, 1)[:b].contiguous()
@@ -136,6 +150,9 @@ def run(grid: list[tuple[int, list[int]]], repeats: int, data_dir: Path,
                 t = _time(fn, repeats)
                 rows.append({"size": size, "batch": b, "dtype": dtype, "mode": mode, **t,
                              "images_per_s": b / (t["wall_ms"] / 1e3)})
+                if mode in ("eager", "graph"):
+                    rows[-1]["model_bytes_per_image"] = per_image[dtype]
+                    rows[-1]["model_gb_per_s"] = per_image[dtype] * rows[-1]["images_per_s"] / 1e9
                 if mode == "compiled":
                     rows[-1]["values_differing_from_eager"] = differing[dtype]
                 print(f"{size}x{size} B={b:>6} {dtype:>7} {mode:>6}: {t['wall_ms']:8.2f} ms "
@@ -150,11 +167,14 @@ def _markdown(meta: dict[str, object], rows: list[dict[str, object]]) -> str:
     lines = [f"# HBAPolicy on CUDA batches ({meta['device']})", "",
              f"- Command: `{meta['command']}`", f"- Date: {meta['date']}; commit: {meta['commit']}",
              f"- torch {meta['torch']}; stress schedule: every slot p=0.5, mid-range magnitude", "",
-             "| size | B | dtype | mode | ms per call | host CPU ms | images/s | values differing from eager |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| size | B | dtype | mode | ms per call | host CPU ms | images/s | model KB per image | model GB/s "
+             "| values differing from eager |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        model = (f"{r['model_bytes_per_image'] / 1e3:,.0f} | {r['model_gb_per_s']:,.0f}" if "model_gb_per_s" in r
+                 else " | ")
         lines.append(f"| {r['size']} | {r['batch']:,} | {r['dtype']} | {r['mode']} | {r['wall_ms']:.2f} | "
-                     f"{r['cpu_ms']:.2f} | {r['images_per_s']:,.0f} | {r.get('values_differing_from_eager', '')} |")
+                     f"{r['cpu_ms']:.2f} | {r['images_per_s']:,.0f} | {model} | "
+                     f"{r.get('values_differing_from_eager', '')} |")
     return "\n".join(lines) + "\n"
 
 
