@@ -147,11 +147,11 @@ def _subset(data: ImageData, n: int) -> ImageData:
 
 
 # ---------------------------------------------------------------------------------------------- methods
-def _search_config(model: str, batch_size: int, device: str, n_train: int, n_val: int, epochs: int
-                   ) -> loop.SearchConfig:
+def _search_config(model: str, batch_size: int, device: str, n_train: int, n_val: int, epochs: int,
+                   cuda_graphs: bool = False) -> loop.SearchConfig:
     return loop.SearchConfig.from_preset("cifar10", dataset="cifar10", model=model, batch_size=batch_size,
                                          device=device, epochs=epochs, train_size=n_train, val_size=n_val,
-                                         name="benchmark")
+                                         name="benchmark", cuda_graphs=cuda_graphs)
 
 
 def _train_config(model: str, batch_size: int, device: str, policy: str, search_config: loop.SearchConfig,
@@ -281,6 +281,7 @@ def run_benchmark(
     device: str = "cpu",
     policy_prob: float = 0.5,
     profile: bool = False,
+    cuda_graphs: bool = False,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Time the three methods of :data:`METHODS`, interleaved, and extrapolate per-epoch costs.
@@ -300,6 +301,9 @@ def run_benchmark(
         device: torch device string.
         policy_prob: probability of every slot of the ``plain+policy`` constant schedule.
         profile: also profile one search iteration and ``t_train`` plain steps.
+        cuda_graphs: the search's ``cuda_graphs``: on CUDA its full batches' augmentation call is replayed from
+            a captured graph after :data:`~hba_augment._runner.GRAPH_WARMUP_STEPS` eager calls (give ``warmup``
+            at least that many rounds' steps, so that the timed steps are replays).
         log: receives progress lines.
 
     Returns:
@@ -320,7 +324,8 @@ def run_benchmark(
         raise ValueError(f"need at least 2 validation images, got {len(val.labels)}")
     train = _subset(train, n_train)
     test = _subset(val, 2)
-    search_config = _search_config(model, batch_size, device, n_train, len(val.labels), epochs=rounds + 1)
+    search_config = _search_config(model, batch_size, device, n_train, len(val.labels), epochs=rounds + 1,
+                                   cuda_graphs=cuda_graphs)
     channels_last = dev.type == "cpu" if search_config.channels_last is None else search_config.channels_last
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -330,11 +335,14 @@ def run_benchmark(
             "plain+policy": _train_config(model, batch_size, device, policy, search_config, channels_last),
         }
         quiet = lambda m: None  # noqa: E731
+        search = loop._Search(search_config, train, val, quiet)
         timers = {
             "plain": _Timer("plain", evaluate._Trainer(plain_configs["plain"], train, test, quiet), dev, None),
             "plain+policy": _Timer("plain+policy", evaluate._Trainer(plain_configs["plain+policy"], train, test, quiet),
                                    dev, (hba_policy, "augment")),
-            "search": _Timer("search", loop._Search(search_config, train, val, quiet), dev, (functional, "augment")),
+            # The search's augmentation through its own method (outside any CUDA graph it replays: a timer's
+            # synchronisation inside a capture would fail it).
+            "search": _Timer("search", search, dev, (search, "_augment")),
         }
         log(f"timing {', '.join(METHODS)}: {rounds} rounds of {t} training steps each ({warmup_rounds} warm-up), "
             f"{model}, batch {batch_size}")
@@ -436,6 +444,7 @@ def _header(args: argparse.Namespace, command: str) -> dict[str, Any]:
         "torchvision_version": torchvision.__version__,
         "python": sys.version.split()[0],
         "data": str(Path(args.data_dir).expanduser().resolve()),
+        "cuda_graphs": bool(getattr(args, "cuda_graphs", False)),
     }
 
 
@@ -550,6 +559,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--note", default="",
                         help="a sentence on the machine's state for the report (e.g. what else ran beside it)")
     parser.add_argument("--profile", action="store_true", help="also profile one search iteration and plain steps")
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="the search's --cuda-graphs (its augmentation call replayed from a CUDA graph; use a "
+                        "--warmup of at least 8 so that the timed steps are replays)")
     parser.add_argument("--out", default=str(DEFAULT_OUT),
                         help="output path without suffix: writes OUT.json and OUT.md (default benchmarks/results/search_cost)")
     args = parser.parse_args(argv)
@@ -562,7 +574,8 @@ def main(argv: list[str] | None = None) -> int:
     train, val = load_images(args.data_dir, train_images_needed(args.batch_size))
     result = run_benchmark(train, val, model=args.model, batch_size=args.batch_size, steps=args.steps,
                            warmup=args.warmup, device=args.device, policy_prob=args.policy_prob,
-                           profile=args.profile, log=lambda m: print(m, file=sys.stderr, flush=True))
+                           profile=args.profile, cuda_graphs=args.cuda_graphs,
+                           log=lambda m: print(m, file=sys.stderr, flush=True))
     result = {"header": header, "load": {"before": list(load_before), "after": list(os.getloadavg()),
                                          "note": args.note}, **result}
     out = Path(args.out)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -127,3 +128,80 @@ def test_on_cuda_the_step_is_captured_and_trains_as_eager(cifar_dir: Path, tmp_p
                                 tmp_path / "graphs", progress=False, log=lambda m: None)
     for a, b in zip(eager.history, graphs.history, strict=True):
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=0.05)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# search --cuda-graphs: the hypernetwork and teacher objectives replay each full batch's augmentation call.
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_a_captured_call_runs_its_function_every_call_off_cuda():
+    calls = []
+
+    def call(x, p):
+        calls.append(x)
+        return x + 1, p
+
+    captured = _runner.CapturedCall(call, torch.device("cpu"))
+    full, short = torch.zeros(4, 3), torch.zeros(2, 3)
+    for x in (full, full, full, full, full, short):
+        out, p = captured(x, torch.ones(len(x)))
+        assert torch.equal(out, x + 1) and torch.equal(p, torch.ones(len(x)))
+    assert len(calls) == 6 and not captured.captured
+    assert all(x is full for x in calls[:5]) and calls[5] is short  # the inputs themselves, no copy
+
+
+@pytest.mark.parametrize("hyper_input", ["hparams", "applied"])
+def test_the_search_with_cuda_graphs_searches_as_without(cifar_dir: Path, tmp_path: Path, hyper_input: str):
+    # On the CPU the captured call is the call itself: the same draws, the same schedule, bit for bit. The
+    # applied hyper-input takes augment's second output through the same call.
+    from hba_augment.datasets import load_dataset, reduced_split
+    from hba_augment.search import loop
+    from hba_augment.search.cli import build_parser as search_parser
+    from hba_augment.search.cli import config_from_args
+
+    data = reduced_split(load_dataset("cifar10", cifar_dir), 72, 32, seed=0)
+    results = []
+    for graphs in (False, True):
+        config = loop.SearchConfig.from_preset("cifar10", dataset="cifar10", data_dir="unused", model="wrn-10-1",
+                                               epochs=2, train_size=72, val_size=32, batch_size=32, init="trivialaugment",
+                                               hyper_input=hyper_input, cuda_graphs=graphs)
+        results.append(loop.run_search(config, tmp_path / str(graphs), data=data, progress=False, plot=False,
+                                       log=lambda m: None))
+    eager, graphs = results
+    np.testing.assert_array_equal(graphs.schedule.prob, eager.schedule.prob)
+    np.testing.assert_array_equal(graphs.schedule.mag, eager.schedule.mag)  # NaN where an op has none
+    assert [m["train_loss"] for m in graphs.metrics] == [m["train_loss"] for m in eager.metrics]
+    args = search_parser().parse_args(["--data-dir", "d", "--out", "o", "--cuda-graphs"])
+    assert config_from_args(args, "cpu").cuda_graphs is True
+    assert config_from_args(search_parser().parse_args(["--data-dir", "d", "--out", "o"]), "cpu").cuda_graphs is False
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_a_captured_augment_call_gives_the_eager_pixels(cifar_images):
+    """Warm-up, capture, replays: with per-image policies and the search's own generator, every call gives the
+    pixels the eager call gives from the same generator state, and the generator ends where eager's does."""
+    from hba_augment.functional import NUM_OPS, OPS, augment
+
+    device = torch.device("cuda")
+    images = cifar_images[:32].to(device)
+    prob = torch.full((32, 2, NUM_OPS), 0.5, device=device)
+    # Per-image magnitudes anywhere in each op's range (0 for the ops without one), as the search draws them.
+    low = torch.tensor([spec.low or 0.0 for spec in OPS], device=device)
+    high = torch.tensor([spec.high or 0.0 for spec in OPS], device=device)
+    mag = low + (high - low) * torch.rand(32, 2, NUM_OPS, generator=torch.Generator(device).manual_seed(1), device=device)
+    streams = [torch.Generator(device).manual_seed(5) for _ in range(2)]
+
+    def call(x, p, m, generator=streams[1]):
+        return augment(x, p, m, generator=generator, check_policy=False, return_applied=True)
+
+    captured = _runner.CapturedCall(call, device, (streams[1],))
+    for _ in range(_runner.GRAPH_WARMUP_STEPS + 3):
+        expected, expected_applied = augment(images, prob, mag, generator=streams[0], check_policy=False,
+                                             return_applied=True)
+        out, applied = captured(images, prob, mag)
+        assert torch.equal(out, expected) and torch.equal(applied, expected_applied)
+    assert captured.captured
+    assert torch.equal(torch.rand(4, generator=streams[0], device=device),
+                       torch.rand(4, generator=streams[1], device=device))

@@ -83,7 +83,7 @@ _LAMBDA_OPTIONS = ("strategy", "hparam_lr", "sigma", "t_train", "t_val", "prior_
                    "teacher_estimator", "teacher_weight", "teacher_decay", "val_bn", "hyper_input")
 # Options of the population search (default None: "not given"), which the other objectives refuse.
 _POPULATION_OPTIONS = ("population", "exploit_every", "member_start", "score_ema", "amount", "resample",
-                       "population_procs", "cuda_graphs")
+                       "population_procs")
 
 
 def _flag(attr: str) -> str:
@@ -129,8 +129,7 @@ def population_config_from_args(args: argparse.Namespace, device: str,
              if getattr(args, k) is not None}
     return PopulationConfig(search=config_from_args(args, device) if search is None else search, **given,
                             exploit_every=args.exploit_every, score_ema=args.score_ema,
-                            population_procs=args.population_procs,
-                            cuda_graphs=bool(args.cuda_graphs))
+                            population_procs=args.population_procs)
 
 
 def _preset_table() -> str:
@@ -247,6 +246,9 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
                    help="bfloat16 autocast for the network (GPUs; default: off)")
     g.add_argument("--compile", action="store_true", default=None,
                    help="run the training steps through torch.compile (GPUs; default: off)")
+    g.add_argument("--cuda-graphs", action="store_true", default=None,
+                   help="on CUDA, replay each full training batch's augmentation call (a population member's "
+                   "whole step) from a captured CUDA graph (GPUs, where it is launch bound; default: off)")
     g.add_argument("--dist-timeout", type=positive_float, default=1800.0, metavar="SECONDS",
                    help="under torchrun: how long a process waits for the others before the run fails "
                    "(default: 1800)")
@@ -285,9 +287,6 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     g.add_argument("--population-procs", type=nonneg_int, metavar="P",
                    help="worker processes on the device, the members spread over them (default: one per member; "
                    "0: every member in this process, one after another)")
-    g.add_argument("--cuda-graphs", action="store_true", default=None,
-                   help="replay each member's training steps from a captured CUDA graph (GPUs, where a step is "
-                   "launch bound; default: off)")
     g = p.add_argument_group("output")
     g.add_argument("--out", required=True, help="output folder (schedule.json, metrics.jsonl, schedule.png, "
                    "checkpoint.pt)")
@@ -321,6 +320,7 @@ def config_from_args(args: argparse.Namespace, device: str) -> SearchConfig:
         teacher_estimator=args.teacher_estimator, teacher_weight=args.teacher_weight, hyper_input=args.hyper_input, seed=args.seed, device=device, image_size=args.image_size,
         classes=args.classes, download=args.download or None, flip=args.flip, crop_padding=args.crop_padding, cutout=args.cutout,
         name=args.name, channels_last=args.channels_last, amp=args.amp, compile=args.compile,
+        cuda_graphs=args.cuda_graphs,
     )
 
 

@@ -112,7 +112,7 @@ _CHECKPOINT_FORMAT = "hba-search-checkpoint"
 _CHECKPOINT_VERSION = 1
 
 # Fields that may differ between the run that wrote a checkpoint and the run that resumes it.
-_RESUME_FREE = frozenset({"data_dir", "name", "device", "compile"})
+_RESUME_FREE = frozenset({"data_dir", "name", "device", "compile", "cuda_graphs"})
 # Fields added after the first checkpoints, and the value those checkpoints were searched with.
 _ADDED_FIELDS = {"val_bn": "batch", "init": "paper", "hyper_input": "hparams", "prior_decay": 0.0,
                  "hparam_accumulate": 1, "objective": "hypernetwork", "teacher_decay": 0.99,
@@ -197,6 +197,11 @@ class SearchConfig:
         compile: run the training steps through ``torch.compile`` (for GPUs, where a step is bound by
             kernel launches; the hyperparameter steps and the teacher use the plain network). Changes
             speed and rounding, not the search.
+        cuda_graphs: on CUDA, replay work of every full training batch from a captured CUDA graph: the
+            hypernetwork and teacher objectives' augmentation call
+            (:class:`~hba_augment._runner.CapturedAugment`), a population member's whole step
+            (:mod:`~hba_augment.search._member`); elsewhere, and for short batches, the same calls run
+            eagerly. Changes speed, not the search.
         name: the schedule's name.
         preset: the preset these defaults came from (recorded in the provenance).
     """
@@ -241,6 +246,7 @@ class SearchConfig:
     channels_last: bool | None = None
     amp: bool = False
     compile: bool = False
+    cuda_graphs: bool = False
     name: str = "custom"
     preset: str = "cifar10"
 
@@ -436,6 +442,7 @@ class _Search(_runner.WorkerBase):
         self._plan_batches()
         self._build_model()
         self._build_streams()
+        self.augment_call: Callable[..., Tensor | tuple[Tensor, Tensor]] | None = None  # made by _augment
         self.prob_history: list[Tensor] = []
         self.mag_history: list[Tensor] = []
         # This epoch's sums of the hyperparameter gradients and their squares, kept on the device (no sync) in
@@ -517,6 +524,26 @@ class _Search(_runner.WorkerBase):
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
 
     # -- steps ------------------------------------------------------------------------------------
+    def _needs_applied(self) -> bool:
+        """Whether a training step needs what each image applied (``functional.augment``'s ``return_applied``)."""
+        cfg = self.config
+        return cfg.hyper_input == "applied" or (self.teacher is not None and cfg.teacher_estimator == "applied")
+
+    def _augment(self, x: Tensor, prob: Tensor, mag: Tensor) -> Tensor | tuple[Tensor, Tensor]:
+        """A training batch through ``functional.augment`` with its per-image policies; with ``cuda_graphs``,
+        full batches replay one captured CUDA graph of the call (:class:`~hba_augment._runner.CapturedCall`)."""
+        if self.augment_call is None:
+            cfg, applied = self.config, self._needs_applied()
+            # The policies are valid by construction; on a GPU, checking them would wait for the device every
+            # step (a NaN lambda is caught at the end of the epoch instead, as a non-finite loss or lambda).
+            options = {"generator": self.g_aug, "check_policy": self.device.type == "cpu", "return_applied": applied}
+
+            def call(x: Tensor, prob: Tensor, mag: Tensor) -> Tensor | tuple[Tensor, Tensor]:
+                return functional.augment(x, prob, mag, cfg.count_probs, **options)
+
+            self.augment_call = _runner.CapturedCall(call, self.device, (self.g_aug,)) if cfg.cuda_graphs else call
+        return self.augment_call(x, prob, mag)
+
     def train_step(self, idx: Tensor, acc: dict[str, Tensor]) -> None:
         cfg = self.config
         global_size = len(idx)
@@ -526,14 +553,11 @@ class _Search(_runner.WorkerBase):
         eps = torch.randn(n, NUM_HPARAMS, generator=self.g_noise, device=self.device)
         lam = self.hparams.detach() + cfg.sigma * eps
         prob, mag = hparams_to_policy(lam)
-        # The policies are valid by construction; on a GPU, checking them would wait for the device every step
-        # (a NaN lambda is caught at the end of the epoch instead, as a non-finite loss or lambda).
-        options = {"generator": self.g_aug, "check_policy": self.device.type == "cpu"}
         applied = None
-        if cfg.hyper_input == "applied" or (self.teacher is not None and cfg.teacher_estimator == "applied"):
-            x, applied = functional.augment(x, prob, mag, cfg.count_probs, return_applied=True, **options)
+        if self._needs_applied():
+            x, applied = self._augment(x, prob, mag)
         else:
-            x = functional.augment(x, prob, mag, cfg.count_probs, **options)
+            x = self._augment(x, prob, mag)
         condition = applied_input(applied, lam) if cfg.hyper_input == "applied" else lam
         x = baseline_augment(self.normalise(x), flip=cfg.flip, crop_padding=cfg.crop_padding, cutout=cfg.cutout,
                              generator=self.g_aug)

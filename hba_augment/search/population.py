@@ -115,9 +115,10 @@ class PopulationConfig:
         resample: one of :data:`~hba_augment.search.pbt.RESAMPLES`: ``"uniform"`` (PBA: a resampled value is a
             uniform draw over its range) or ``"prior"`` (it returns to the ``init`` policy's value;
             :func:`~hba_augment.search.pbt.resample_anchor`).
-        cuda_graphs: replay each member's full training batches from a captured CUDA graph
-            (:mod:`~hba_augment.search._member`); elsewhere the same steps run eagerly. Changes speed and
-            rounding, not the search.
+
+    The search's ``cuda_graphs`` (:class:`~hba_augment.search.loop.SearchConfig`) replays each member's full
+    training batches from a captured CUDA graph (:mod:`~hba_augment.search._member`); elsewhere the same
+    steps run eagerly. It changes speed and rounding, not the search.
     """
 
     search: SearchConfig
@@ -131,7 +132,11 @@ class PopulationConfig:
     score_ema: float | None = None
     amount: str = "free"
     resample: str = "uniform"
-    cuda_graphs: bool = False
+
+    @property
+    def cuda_graphs(self) -> bool:
+        """The search's ``cuda_graphs``: each member's whole step replayed from a CUDA graph."""
+        return self.search.cuda_graphs
 
     @property
     def every(self) -> int:
