@@ -199,7 +199,7 @@ class SearchConfig:
             speed and rounding, not the search.
         cuda_graphs: on CUDA, replay work of every full training batch from a captured CUDA graph: the
             hypernetwork and teacher objectives' augmentation call
-            (:class:`~hba_augment._runner.CapturedAugment`), a population member's whole step
+            (:class:`~hba_augment._runner.CapturedCall`), a population member's whole step
             (:mod:`~hba_augment.search._member`); elsewhere, and for short batches, the same calls run
             eagerly. Changes speed, not the search.
         name: the schedule's name.

@@ -1,0 +1,93 @@
+"""Two policies of a ``policy_quality.py`` table compared seed by seed (issue 20's decisions).
+
+Runs of one table share everything but the policy for a given training seed (data subset, initialisation,
+data order), so a difference taken seed by seed removes what the seeds do to both. For each pair ``A B`` (or
+``A=B``, ...) this prints the seeds both have, the errors, the mean paired difference ``A - B`` with its
+sample standard deviation, the paired t statistic (``mean / (sd / sqrt(n))``) and its two-sided p-value,
+and Welch's unpaired p-value for the same runs (scipy). A negative difference means A trains better networks.
+
+Usage::
+
+    python benchmarks/paired.py benchmarks/results/paper_scale_cifar10/test/policy_quality.json pba pba-mean \\
+        trivialaugment pba [--out FILE.md]
+
+A policy is named as in the table's ``policy`` column (e.g. ``pba``, ``start-teacher-ta-decay1``, or a
+``hba:PATH`` argument as written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+from scipy import stats
+
+
+def load_errors(table: Path) -> dict[str, dict[int, float]]:
+    """Each policy's test (or validation) error per training seed, from a ``policy_quality.json``."""
+    rows = json.loads(table.read_text())["rows"]
+    return {row["policy"]: dict(zip(row["seeds"], row["test_errors"], strict=True)) for row in rows}
+
+
+def compare(a: dict[int, float], b: dict[int, float]) -> dict[str, object]:
+    """The seed-by-seed comparison of two policies' errors (see the module docstring)."""
+    seeds = sorted(set(a) & set(b))
+    diffs = [a[s] - b[s] for s in seeds]
+    out: dict[str, object] = {"seeds": seeds, "a": [a[s] for s in seeds], "b": [b[s] for s in seeds],
+                              "mean_difference": statistics.fmean(diffs) if diffs else math.nan}
+    if len(diffs) >= 2:
+        sd = statistics.stdev(diffs)
+        out["sd_difference"] = sd
+        if sd > 0:  # (identical differences on every seed leave t undefined)
+            out["paired_t"] = out["mean_difference"] / (sd / math.sqrt(len(diffs)))
+            out["paired_p"] = float(stats.ttest_rel(out["a"], out["b"]).pvalue)
+    if len(a) >= 2 and len(b) >= 2:
+        out["welch_p"] = float(stats.ttest_ind(list(a.values()), list(b.values()), equal_var=False).pvalue)
+    return out
+
+
+def _pairs(names: list[str]) -> list[tuple[str, str]]:
+    if any("=" in n for n in names):
+        return [tuple(n.split("=", 1)) for n in names]  # type: ignore[misc]
+    if len(names) % 2:
+        raise SystemExit(f"paired: give policies in pairs (A B A B ...), got {len(names)} names")
+    return list(zip(names[::2], names[1::2], strict=True))
+
+
+def _fmt(value: object, spec: str = "+.2f") -> str:
+    return format(value, spec) if isinstance(value, int | float) and math.isfinite(value) else "-"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("table", type=Path, help="a policy_quality.json")
+    p.add_argument("policies", nargs="+", help="pairs A B A B ... (or A=B ...)")
+    p.add_argument("--out", type=Path, help="also write the markdown table here")
+    args = p.parse_args(argv)
+    errors = load_errors(args.table)
+    lines = [f"Seed-by-seed comparisons from `{args.table}` (`python benchmarks/paired.py "
+             f"{' '.join(sys.argv[1:] if argv is None else argv)}`):", "",
+             "| A | B | seeds | A's errors | B's errors | mean A - B | sd | paired t | paired p | Welch p |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for a, b in _pairs(args.policies):
+        missing = [name for name in (a, b) if name not in errors]
+        if missing:
+            raise SystemExit(f"paired: {missing[0]!r} is not a policy of {args.table} ({', '.join(errors)})")
+        c = compare(errors[a], errors[b])
+        lines.append(f"| {a} | {b} | {','.join(map(str, c['seeds']))} | {', '.join(f'{e:.2f}' for e in c['a'])} | "
+                     f"{', '.join(f'{e:.2f}' for e in c['b'])} | {_fmt(c['mean_difference'])} | "
+                     f"{_fmt(c.get('sd_difference'), '.2f')} | {_fmt(c.get('paired_t'), '+.2f')} | "
+                     f"{_fmt(c.get('paired_p'), '.3f')} | {_fmt(c.get('welch_p'), '.3f')} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

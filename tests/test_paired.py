@@ -1,0 +1,48 @@
+"""benchmarks/paired.py: two policies of a policy_quality table compared seed by seed."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import paired
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> Path:
+    rows = [{"policy": "a", "seeds": [0, 1, 2], "test_errors": [19.4, 19.7, 19.6]},
+            {"policy": "b", "seeds": [0, 1, 2], "test_errors": [20.0, 19.9, 20.4]},
+            {"policy": "c", "seeds": [1, 2], "test_errors": [20.5, 20.1]}]
+    path = tmp_path / "policy_quality.json"
+    path.write_text(json.dumps({"rows": rows}))
+    return path
+
+
+def test_differences_are_taken_seed_by_seed(table: Path):
+    errors = paired.load_errors(table)
+    c = paired.compare(errors["a"], errors["b"])
+    diffs = [-0.6, -0.2, -0.8]
+    mean = sum(diffs) / 3
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / 2)
+    assert c["seeds"] == [0, 1, 2] and c["mean_difference"] == pytest.approx(mean)
+    assert c["sd_difference"] == pytest.approx(sd) and c["paired_t"] == pytest.approx(mean / (sd / math.sqrt(3)))
+    assert 0 < c["paired_p"] < 0.2 and 0 < c["welch_p"] < 1
+    # Only the seeds both have are paired.
+    assert paired.compare(errors["a"], errors["c"])["seeds"] == [1, 2]
+
+
+def test_the_table_and_its_mistakes(table: Path, tmp_path: Path, capsys):
+    out = tmp_path / "paired.md"
+    assert paired.main([str(table), "a", "b", "--out", str(out)]) == 0
+    assert "| a | b | 0,1,2 | 19.40, 19.70, 19.60 | 20.00, 19.90, 20.40 | -0.53 |" in out.read_text()
+    assert paired.main([str(table), "a=c", "--out", str(out)]) == 0
+    assert "| a | c | 1,2 |" in out.read_text()
+    with pytest.raises(SystemExit, match="'d' is not a policy"):
+        paired.main([str(table), "a", "d"])
+    with pytest.raises(SystemExit, match="in pairs"):
+        paired.main([str(table), "a", "b", "c"])
