@@ -302,7 +302,7 @@ def run_benchmark(
         policy_prob: probability of every slot of the ``plain+policy`` constant schedule.
         profile: also profile one search iteration and ``t_train`` plain steps.
         cuda_graphs: the search's ``cuda_graphs``: on CUDA its full batches' augmentation call is replayed from
-            a captured graph after :data:`~hba_augment._runner.GRAPH_WARMUP_STEPS` eager calls (give ``warmup``
+            a captured graph after :data:`~hba_augment._graphs.GRAPH_WARMUP_STEPS` eager calls (give ``warmup``
             at least that many rounds' steps, so that the timed steps are replays).
         log: receives progress lines.
 

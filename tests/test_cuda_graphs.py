@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from hba_augment import _runner
+from hba_augment import _graphs, _runner
 from hba_augment.train.cli import build_parser
 from hba_augment.train.trainer import TrainConfig, train_and_evaluate
 
@@ -142,7 +142,7 @@ def test_a_captured_call_runs_its_function_every_call_off_cuda():
         calls.append(x)
         return x + 1, p
 
-    captured = _runner.CapturedCall(call, torch.device("cpu"))
+    captured = _graphs.CapturedCall(call, torch.device("cpu"))
     full, short = torch.zeros(4, 3), torch.zeros(2, 3)
     for x in (full, full, full, full, full, short):
         out, p = captured(x, torch.ones(len(x)))
@@ -196,8 +196,8 @@ def test_on_cuda_a_captured_augment_call_gives_the_eager_pixels(cifar_images):
     def call(x, p, m, generator=streams[1]):
         return augment(x, p, m, generator=generator, check_policy=False, return_applied=True)
 
-    captured = _runner.CapturedCall(call, device, (streams[1],))
-    for _ in range(_runner.GRAPH_WARMUP_STEPS + 3):
+    captured = _graphs.CapturedCall(call, device, (streams[1],))
+    for _ in range(_graphs.GRAPH_WARMUP_STEPS + 3):
         expected, expected_applied = augment(images, prob, mag, generator=streams[0], check_policy=False,
                                              return_applied=True)
         out, applied = captured(images, prob, mag)

@@ -726,3 +726,53 @@ def test_a_schedule_assigned_later_is_used(cifar_images):
     policy.schedule = Schedule.constant(np.zeros((2, 15)), mag, name="none")
     prob, _ = policy.policy_at("cpu")
     assert not torch.equal(prob, before[0]) and torch.count_nonzero(prob) == 0
+
+
+# ---------------------------------------------------------------------------------------- cuda_graphs
+def test_cuda_graphs_is_a_checked_option_shown_in_the_repr():
+    with pytest.raises(TypeError, match="cuda_graphs must be a bool, got str"):
+        HBAPolicy(IDENTITY, cuda_graphs="yes")
+    policy = HBAPolicy(IDENTITY, cuda_graphs=True)
+    assert repr(policy).endswith("fill=None, cuda_graphs=True)")
+    assert pickle.loads(pickle.dumps(policy)).cuda_graphs is True
+
+
+def test_cuda_graphs_change_nothing_off_cuda():
+    # Off CUDA the captured call is the call itself: the same pixels for the same seed, nothing kept.
+    x = images(16)
+    eager, graphs = HBAPolicy(rich_schedule(epochs=4)), HBAPolicy(rich_schedule(epochs=4), cuda_graphs=True)
+    for epoch in (0, 3):
+        eager.set_epoch(epoch)
+        graphs.set_epoch(epoch)
+        torch.manual_seed(epoch)
+        a = eager(x)
+        torch.manual_seed(epoch)
+        torch.testing.assert_close(graphs(x), a, rtol=0, atol=0)
+    assert graphs._graphs == {}  # nothing captured off CUDA
+    # The call a graph would capture (used on CUDA only) is the transform's own: the same pixels here too.
+    policy = HBAPolicy(rich_schedule(epochs=4), interpolation=InterpolationMode.BILINEAR, fill=9, cuda_graphs=True)
+    policy.set_epoch(2)
+    captured = policy._captured(x, None, 9)
+    torch.manual_seed(5)
+    a = policy(x)
+    torch.manual_seed(5)
+    torch.testing.assert_close(captured(x, *policy.policy_at("cpu")), a, rtol=0, atol=0)
+
+
+@CUDA
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+def test_cuda_graphs_replay_the_eager_pixels_across_epochs(dtype):
+    """Warm-up, capture and replays of one batch shape, the epoch changing after the capture: every call gives
+    the eager policy's pixels from the same generator state (the policy is an input of the graph)."""
+    x = images(32).cuda()
+    x = x if dtype == torch.uint8 else x.float() / 255
+    eager, graphs = HBAPolicy(rich_schedule(epochs=8)), HBAPolicy(rich_schedule(epochs=8), cuda_graphs=True)
+    g_eager, g_graphs = (torch.Generator(device="cuda").manual_seed(4) for _ in range(2))
+    for call in range(8):
+        for policy in (eager, graphs):
+            policy.set_epoch(call)
+        torch.testing.assert_close(graphs(x, generator=g_graphs), eager(x, generator=g_eager), rtol=0, atol=0)
+    assert len(graphs._graphs) == 1 and next(iter(graphs._graphs.values())).captured
+    short = x[:5]  # another shape: its own graph, the same pixels
+    torch.testing.assert_close(graphs(short, generator=g_graphs), eager(short, generator=g_eager), rtol=0, atol=0)

@@ -64,6 +64,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hba_augment import _cli_common, _distributed, _runner, functional
+from hba_augment._graphs import CapturedCall
 from hba_augment._runner import (
     LR_SCHEDULES as LR_SCHEDULES,  # re-exported (this module defined it before _runner existed)
 )
@@ -199,7 +200,7 @@ class SearchConfig:
             speed and rounding, not the search.
         cuda_graphs: on CUDA, replay work of every full training batch from a captured CUDA graph: the
             hypernetwork and teacher objectives' augmentation call
-            (:class:`~hba_augment._runner.CapturedCall`), a population member's whole step
+            (:class:`~hba_augment._graphs.CapturedCall`), a population member's whole step
             (:mod:`~hba_augment.search._member`); elsewhere, and for short batches, the same calls run
             eagerly. Changes speed, not the search.
         name: the schedule's name.
@@ -531,7 +532,7 @@ class _Search(_runner.WorkerBase):
 
     def _augment(self, x: Tensor, prob: Tensor, mag: Tensor) -> Tensor | tuple[Tensor, Tensor]:
         """A training batch through ``functional.augment`` with its per-image policies; with ``cuda_graphs``,
-        full batches replay one captured CUDA graph of the call (:class:`~hba_augment._runner.CapturedCall`)."""
+        full batches replay one captured CUDA graph of the call (:class:`~hba_augment._graphs.CapturedCall`)."""
         if self.augment_call is None:
             cfg, applied = self.config, self._needs_applied()
             # The policies are valid by construction; on a GPU, checking them would wait for the device every
@@ -541,7 +542,7 @@ class _Search(_runner.WorkerBase):
             def call(x: Tensor, prob: Tensor, mag: Tensor) -> Tensor | tuple[Tensor, Tensor]:
                 return functional.augment(x, prob, mag, cfg.count_probs, **options)
 
-            self.augment_call = _runner.CapturedCall(call, self.device, (self.g_aug,)) if cfg.cuda_graphs else call
+            self.augment_call = CapturedCall(call, self.device, (self.g_aug,)) if cfg.cuda_graphs else call
         return self.augment_call(x, prob, mag)
 
     def train_step(self, idx: Tensor, acc: dict[str, Tensor]) -> None:
