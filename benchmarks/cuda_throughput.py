@@ -7,6 +7,8 @@ upsampled for 224x224; the first 4,000 of ``data_batch_1``, tiled), each image d
 - ``eager``: ``HBAPolicy(batch, generator=...)``, the user's call;
 - ``graph``: the same batched call captured once in a ``torch.cuda.CUDAGraph`` and replayed (the launch cost
   gone; torch's default CUDA generator, which graphs support);
+- ``policy-graphs``: ``HBAPolicy(schedule, cuda_graphs=True)(batch, generator=...)``, the user's call that
+  replays its own captured graph (inputs copied in, output copied out);
 - ``kornia``: ``kornia.augmentation.auto.AutoAugment`` on the float batch, when kornia is importable;
 - ``compiled`` (with ``--compile``): ``torch.compile(augment, fullgraph=True)`` of the same unchecked call
   (inductor; one compilation per shape, not timed; torch's default generator, inductor's ``fallback_random``),
@@ -118,6 +120,7 @@ def run(grid: list[tuple[int, list[int]]], repeats: int, data_dir: Path,
     device = torch.device("cuda")
     schedule = benchmark_schedule()
     policy = HBAPolicy(schedule)
+    graphs_policy = HBAPolicy(schedule, cuda_graphs=True)
     prob, mag = (torch.as_tensor(t, dtype=torch.float32, device=device) for t in schedule.at(0))
     try:
         from kornia.augmentation.auto import AutoAugment as KorniaAutoAugment
@@ -139,6 +142,8 @@ def run(grid: list[tuple[int, list[int]]], repeats: int, data_dir: Path,
                 ("float32", "eager"): lambda x=floats, g=generator: policy(x, generator=g),
                 ("uint8", "graph"): _graphed(uint8, prob, mag),
                 ("float32", "graph"): _graphed(floats, prob, mag),
+                ("uint8", "policy-graphs"): lambda x=uint8, g=generator: graphs_policy(x, generator=g),
+                ("float32", "policy-graphs"): lambda x=floats, g=generator: graphs_policy(x, generator=g),
             }
             if kornia_aa is not None:
                 cases[("float32", "kornia")] = lambda x=floats: kornia_aa(x)
@@ -147,10 +152,11 @@ def run(grid: list[tuple[int, list[int]]], repeats: int, data_dir: Path,
                 cases[("uint8", "compiled")], differing["uint8"] = _compiled(uint8, prob, mag)
                 cases[("float32", "compiled")], differing["float32"] = _compiled(floats, prob, mag)
             for (dtype, mode), fn in cases.items():
-                t = _time(fn, repeats)
+                # (the transform's graph is captured on its fourth call of a shape: warm up past it)
+                t = _time(fn, repeats, warmup=6 if mode == "policy-graphs" else 3)
                 rows.append({"size": size, "batch": b, "dtype": dtype, "mode": mode, **t,
                              "images_per_s": b / (t["wall_ms"] / 1e3)})
-                if mode in ("eager", "graph"):
+                if mode in ("eager", "graph", "policy-graphs"):
                     rows[-1]["model_bytes_per_image"] = per_image[dtype]
                     rows[-1]["model_gb_per_s"] = per_image[dtype] * rows[-1]["images_per_s"] / 1e9
                 if mode == "compiled":
