@@ -422,15 +422,20 @@ class HBAPolicy(torch.nn.Module):
         )
 
     def _captured(self, batch: Tensor, generator: torch.Generator | None, fill: Fill) -> CapturedCall:
-        """The captured call of ``cuda_graphs`` for this batch's shape, dtype, device, generator and fill. The
+        """The captured call of ``cuda_graphs`` for this batch's shape, dtype, device, generator and fill (and
+        the transform's ``count_probs`` and interpolation, which a caller may change). The
         epoch's ``prob`` and ``mag`` are its inputs, so a new epoch replays the same graph with the new policy;
-        they were checked when the epoch was set, so the call checks nothing (a check reads the device)."""
-        key = (batch.shape, batch.dtype, batch.device, None if generator is None else id(generator), repr(fill))
+        the schedule's values were checked when it was built, so the call checks nothing (a check reads the
+        device)."""
+        count_probs, interpolation = self.schedule.count_probs, self.interpolation
+        # (everything the captured call fixes; a generator in the key is kept alive by its call, so its id
+        # cannot come back for another one)
+        key = (batch.shape, batch.dtype, batch.device, None if generator is None else id(generator), repr(fill),
+               count_probs, interpolation)
         captured = self._graphs.get(key)
         if captured is None:
             if len(self._graphs) >= _MAX_GRAPHS:  # each holds its own buffers: keep a few shapes, not all
                 self._graphs.clear()
-            count_probs, interpolation = self.schedule.count_probs, self.interpolation
 
             def call(x: Tensor, prob: Tensor, mag: Tensor) -> Tensor:
                 return augment(x, prob, mag, count_probs, fill=fill, interpolation=interpolation, generator=generator,
