@@ -20,30 +20,36 @@ GRAPH_WARMUP_STEPS = 3
 
 
 class CapturedCall:
-    """A call from tensors to tensors replayed from one CUDA graph (issue 21: the search's augmentation of a
-    batch with per-image policies costs about 8 ms of kernel launches on a GPU, for well under one of work).
+    """A call from tensors to tensors replayed from one CUDA graph (issue 21: on an H100 the search's augmentation
+    of a 128-image batch with per-image policies took 8 ms, bound by launching its kernels;
+    ``benchmarks/results/cuda/search_cost.md``).
 
-    ``call(*inputs)`` must read no tensor's value on the host and return a tensor or a tuple of tensors. The
-    first call's inputs set the graph's shapes and dtypes. On CUDA, every call with those copies its inputs
-    into static buffers: the first ``warmup`` such calls run eagerly on a side stream, the next one captures
-    the call (``torch.cuda.CUDAGraph``, ``generators`` registered so that replays advance their random streams
-    as eager calls would), and every later one replays it: one launch. Other calls (the short last batch of an
-    epoch) and every call on other devices run ``call`` eagerly, so the same call runs (and is tested)
-    everywhere. Returns what ``call`` returns, as new tensors (a replay's outputs are copied out of the
-    graph's, which the next replay overwrites).
+    ``call(*inputs)`` must read no tensor's value on the host and return a tensor, a tuple of tensors or
+    ``None``. The shapes and dtypes of ``example`` (default: the first call's inputs) are the graph's. On
+    CUDA, every call with those copies its inputs into static buffers: the first ``warmup`` such calls run
+    eagerly on a side stream, the next one captures the call (``torch.cuda.CUDAGraph``, ``generators``
+    registered so that replays advance their random streams as eager calls would), and every later one
+    replays it: one launch. Other calls (the short last batch of an epoch) and every call on other devices
+    run ``call`` eagerly on the inputs themselves, so the same call runs (and is tested) everywhere. Returns
+    what ``call`` returns, as new tensors (a replay's outputs are copied out of the graph's, which the next
+    replay overwrites).
 
     Args:
         call: the call.
         device: where it runs.
         generators: the CUDA generators ``call`` draws from, besides torch's default one.
         warmup: eager calls before the capture.
+        example: tensors with the shapes and dtypes of the calls to capture.
     """
 
-    def __init__(self, call: Callable[..., Tensor | tuple[Tensor, ...]], device: torch.device,
-                 generators: Sequence[torch.Generator] = (), warmup: int = GRAPH_WARMUP_STEPS) -> None:
+    def __init__(self, call: Callable[..., Tensor | tuple[Tensor, ...] | None], device: torch.device,
+                 generators: Sequence[torch.Generator] = (), warmup: int = GRAPH_WARMUP_STEPS,
+                 example: Sequence[Tensor] | None = None) -> None:
         self.call, self.device, self.warmup = call, device, warmup
         self.generators = tuple(generators) if device.type == "cuda" else ()
         self.static: list[Tensor] | None = None
+        if example is not None and device.type == "cuda":
+            self.static = [torch.empty_like(t, device=device, memory_format=torch.contiguous_format) for t in example]
         self.outputs: Tensor | tuple[Tensor, ...] | None = None
         self.graph: torch.cuda.CUDAGraph | None = None
         self.eager_calls = 0
@@ -52,11 +58,16 @@ class CapturedCall:
     def captured(self) -> bool:
         return self.graph is not None
 
+    def reset(self) -> None:
+        """Forget the graph (after tensors it holds were replaced, e.g. by loading a checkpoint): the next
+        calls warm up and capture again."""
+        self.graph, self.eager_calls = None, 0
+
     def _matches(self, inputs: Sequence[Tensor]) -> bool:
         return self.static is not None and all(
             a.shape == b.shape and a.dtype == b.dtype for a, b in zip(inputs, self.static, strict=True))
 
-    def __call__(self, *inputs: Tensor) -> Tensor | tuple[Tensor, ...]:
+    def __call__(self, *inputs: Tensor) -> Tensor | tuple[Tensor, ...] | None:
         if self.device.type != "cuda":
             return self.call(*inputs)
         if self.static is None:
@@ -80,7 +91,9 @@ class CapturedCall:
             with torch.cuda.graph(graph):
                 self.outputs = self.call(*self.static)
             self.graph = graph
-        self.graph.replay()
+        self.graph.replay()  # (after a capture, which only records the call, this runs it)
+        if self.outputs is None:
+            return None
         if isinstance(self.outputs, tuple):
             return tuple(t.clone() for t in self.outputs)
         return self.outputs.clone()

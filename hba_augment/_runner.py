@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from hba_augment import _distributed
 from hba_augment._baselines import BASELINES
 from hba_augment._cli_common import option
-from hba_augment._graphs import GRAPH_WARMUP_STEPS
+from hba_augment._graphs import GRAPH_WARMUP_STEPS, CapturedCall
 from hba_augment._io import atomic_open
 
 __all__ = [
@@ -186,21 +186,19 @@ def baseline_augment(
 # ------------------------------------------------------------------------------------------ CUDA graphs
 
 
-class CapturedStep:
+class CapturedStep(CapturedCall):
     """A training step replayed from one CUDA graph (issue 21: a step of a small network is bound by kernel
-    launches, not by the GPU).
+    launches, not by the GPU): a :class:`~hba_augment._graphs.CapturedCall` of ``step(x, y)``, whose graph's
+    shapes are those of a full batch, known before the first batch arrives.
 
     ``step(x, y)`` is the whole step on a batch: it sets the gradients to ``None``, runs the forward and
     backward passes and the optimiser step, and accumulates its outputs into tensors that it owns (it returns
-    nothing, and reads no value on the host). A call with a full batch (``batch_shape``) on CUDA copies it into
-    static buffers that ``step`` reads: the first ``warmup`` such calls run eagerly on a side stream, the next
-    one captures it (``torch.cuda.CUDAGraph``, with ``generators`` registered so that replays advance their
-    random streams as eager calls would) and every later one replays the graph: one launch. Other batches
-    (the short last one of an epoch) and every call on other devices run ``step`` eagerly on the batch
-    itself, so the same step runs (and is tested) everywhere.
+    nothing, and reads no value on the host). Full batches on CUDA replay the graph once warmed up; other
+    batches (the short last one of an epoch) and every call on other devices run ``step`` eagerly on the
+    batch itself, so the same step runs (and is tested) everywhere.
 
     Args:
-        step: the step, ``(uint8 images (B, C, H, W), labels (B,)) -> None``.
+        step: the step, ``(uint8 images (B, C, H, W), int64 labels (B,)) -> None``.
         batch_shape: ``(B, C, H, W)`` of a full batch.
         device: where it runs.
         generators: the CUDA generators ``step`` draws from, besides torch's default one.
@@ -209,46 +207,10 @@ class CapturedStep:
 
     def __init__(self, step: Callable[[Tensor, Tensor], None], batch_shape: Sequence[int], device: torch.device,
                  generators: Sequence[torch.Generator] = (), warmup: int = GRAPH_WARMUP_STEPS) -> None:
-        self.step, self.device, self.warmup = step, device, warmup
-        self.generators = tuple(generators) if device.type == "cuda" else ()
-        self.batch_shape = torch.Size(batch_shape)
-        self.static_x = torch.zeros(self.batch_shape, dtype=torch.uint8, device=device)
-        self.static_y = torch.zeros(self.batch_shape[0], dtype=torch.int64, device=device)
-        self.graph: torch.cuda.CUDAGraph | None = None
-        self.eager_calls = 0
-
-    @property
-    def captured(self) -> bool:
-        return self.graph is not None
-
-    def reset(self) -> None:
-        """Forget the graph (after the tensors it holds were replaced, e.g. by loading a checkpoint)."""
-        self.graph, self.eager_calls = None, 0
-
-    def __call__(self, x: Tensor, y: Tensor) -> None:
-        if self.device.type != "cuda" or x.shape != self.batch_shape:
-            self.step(x, y)
-            return
-        self.static_x.copy_(x)
-        self.static_y.copy_(y)
-        if self.graph is not None:
-            self.graph.replay()
-            return
-        if self.eager_calls < self.warmup:
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):
-                self.step(self.static_x, self.static_y)
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            self.eager_calls += 1
-            return
-        graph = torch.cuda.CUDAGraph()
-        for generator in self.generators:
-            graph.register_generator_state(generator)
-        with torch.cuda.graph(graph):
-            self.step(self.static_x, self.static_y)
-        self.graph = graph
-        graph.replay()  # capturing records the step; this runs it
+        shape = torch.Size(batch_shape)
+        example = (torch.empty(shape, dtype=torch.uint8, device="meta"),
+                   torch.empty(shape[0], dtype=torch.int64, device="meta"))
+        super().__init__(step, device, generators, warmup, example)
 
 
 class WeightEMA:

@@ -176,15 +176,15 @@ _CHECKED_KEEP = 4
 def _checked_policy(prob: Tensor, mag: Tensor, batch: int, device: torch.device, check: bool = True) -> _Policy:
     """Validate the policy (unless ``check`` is false) and prepare it for :func:`_sample` (remembering the
     last few checked)."""
-    try:
-        # The batch size matters only to per-image policies (its shape is checked against it).
-        key = (prob._version, mag._version, device, batch if prob.ndim == 3 or mag.ndim == 3 else None)
-    except (AttributeError, RuntimeError):  # not tensors, or inference tensors (no version counter)
-        key = None
-    if torch.compiler.is_compiling():
-        # A traced call prepares its policy in the graph: comparing a remembered entry's version counters
-        # with the traced tensors' is a data-dependent guard that stops a full-graph compile.
-        key = None
+    key = None
+    # A traced call prepares its policy in the graph: comparing a remembered entry's version counters with
+    # the traced tensors' is a data-dependent guard that stops a full-graph compile.
+    if not torch.compiler.is_compiling():
+        try:
+            # The batch size matters only to per-image policies (its shape is checked against it).
+            key = (prob._version, mag._version, device, batch if prob.ndim == 3 or mag.ndim == 3 else None)
+        except (AttributeError, RuntimeError):  # not tensors, or inference tensors (no version counter)
+            pass
     if key is not None:
         for entry in _CHECKED:
             if entry[0]() is prob and entry[1]() is mag and entry[2] == key:

@@ -176,8 +176,8 @@ def _pointwise_uint8(
     grey = K.grey_uint8(levels)
     # Compiled, the lookup makes its own indices: inductor then computes them inside the gather's kernel
     # instead of keeping an int64 copy of the batch for both uses (a third of the compiled call's buffers).
-    lookup_index = levels.reshape(b, c, h * w).long() if torch.compiler.is_compiling() else index
-    looked = _tables(levels, index, grey, drew, mags, ctx, fixed_table).gather(2, lookup_index).view(b, c, h, w)
+    table = _tables(levels, index, grey, drew, mags, ctx, fixed_table)
+    looked = K.lookup(levels, table, None if torch.compiler.is_compiling() else index)
     blended = _enhancers(levels, grey, drew, mags)
     return _select(drew[_COLOR] | drew[_SHARPNESS], blended, looked)
 
@@ -195,8 +195,8 @@ def _enhancers(levels: Tensor, grey: Tensor, drew: Tensor, mags: Tensor) -> Tens
     if smooth is not None:
         inner = degenerate[..., 1:-1, 1:-1]
         inner.copy_(_select(drew[_SHARPNESS], smooth, inner))
-    # An image draws at most one op a step, and mags holds each op's identity (1) where it was not drawn.
-    factor = torch.where(drew[_COLOR], mags[_COLOR], mags[_SHARPNESS]).view(-1, 1, 1, 1)
+    # mags holds each op's identity (1) where the image did not draw it, and an image draws one op.
+    factor = (mags[_COLOR] * mags[_SHARPNESS]).view(-1, 1, 1, 1)
     # The int16 difference is written as float32 by the subtraction itself (out=): no int16 intermediate.
     blended = torch.sub(x, degenerate, out=torch.empty(x.shape, dtype=torch.float32, device=x.device))
     blended.mul_(factor).add_(degenerate).clamp_(0.0, 255.0)
@@ -248,7 +248,7 @@ def _tables(
     computed = {
         _AUTO_CONTRAST: OPS[_AUTO_CONTRAST].table(levels, None, ctx).view(b, c, 256),
         _EQUALIZE: K.equalize_lut(K.histogram(index), h * w),
-        _CONTRAST: K.contrast_table_of_mean(K.mean_grey_uint8(grey), mags[_CONTRAST]).view(b, 1, 256),
+        _CONTRAST: K.contrast_table_of_mean(K.mean_of_grey(grey, True), mags[_CONTRAST]).view(b, 1, 256),
     }
     for k in _COMPUTED_TABLE_OPS:
         table = _select(drew[k], computed[k].to(torch.uint8), table)

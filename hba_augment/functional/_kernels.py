@@ -53,7 +53,6 @@ __all__ = [
     "invert",
     "invert_table",
     "lookup",
-    "mean_grey_uint8",
     "mean_of_grey",
     "nearest_index",
     "posterize",
@@ -321,8 +320,10 @@ def blend(degenerate: Tensor, images: Tensor, factor: Tensor, quantize: bool) ->
     return out.floor() if quantize else out
 
 
-#: PIL's ``convert("L")`` weights, ``(19595 R + 38470 G + 7471 B) / 2^16``, as a ``(1, 3, 1, 1)`` filter.
-_LUMA = torch.tensor([19595.0, 38470.0, 7471.0]).view(1, 3, 1, 1) / 65536.0
+#: PIL's ``convert("L")`` weights: grey = ``(19595 R + 38470 G + 7471 B + 2^15) >> 16``.
+_LUMA_WEIGHTS = (19595, 38470, 7471)
+#: The same as a ``(1, 3, 1, 1)`` float filter, divided by 2^16.
+_LUMA = torch.tensor(_LUMA_WEIGHTS, dtype=torch.float32).view(1, 3, 1, 1) / 65536.0
 
 
 def _grayscale(images: Tensor, quantize: bool) -> Tensor:
@@ -345,7 +346,8 @@ def _luma(device: torch.device, dtype: torch.dtype) -> Tensor:
 
 
 def _float_dtype(images: Tensor) -> torch.dtype:
-    return torch.float32 if images.dtype == torch.uint8 else images.dtype
+    """The float dtype the kernels compute ``images`` in: their own if float, else float32."""
+    return images.dtype if images.dtype.is_floating_point else torch.float32
 
 
 # Pointwise ops. Each maps every level through a function of the image's statistics and magnitude. On
@@ -361,12 +363,14 @@ def _ramp(device: torch.device) -> Tensor:
     return torch.arange(256, dtype=torch.float32, device=device).view(1, 1, 1, 256)
 
 
-def lookup(images: Tensor, table: Tensor) -> Tensor:
-    """``table[b, c, images[b, c, y, x]]``: uint8 ``(B, C, H, W)`` images through ``(B, C or 1, 1, 256)``
-    tables of whole levels; returns uint8."""
+def lookup(images: Tensor, table: Tensor, index: Tensor | None = None) -> Tensor:
+    """``table[b, c, images[b, c, y, x]]``: uint8 ``(B, C, H, W)`` images through ``(B, C or 1, 1, 256)`` (or
+    ``(B, C or 1, 256)``) tables of whole levels; returns uint8. ``index``: the images as ``(B, C, H W)``
+    int64, where the caller has them already (``None``: made here)."""
     b, c, h, w = images.shape
     table = table.to(torch.uint8).view(table.shape[0], table.shape[1], 256).expand(b, c, 256)
-    return table.gather(2, images.reshape(b, c, h * w).long()).view(b, c, h, w)
+    index = images.reshape(b, c, h * w).long() if index is None else index
+    return table.gather(2, index).view(b, c, h, w)
 
 
 def identity_table(batch: int, device: torch.device) -> Tensor:
@@ -497,7 +501,8 @@ def _mean_grey(images: Tensor, quantize: bool) -> Tensor:
 
 
 def mean_of_grey(grey: Tensor, quantize: bool) -> Tensor:
-    """:func:`_mean_grey` of images whose grey levels (:func:`color_degenerate`) are ``grey`` ``(B, 1, H, W)``."""
+    """:func:`_mean_grey` of images whose grey levels (:func:`color_degenerate`, or the int32 ones of
+    :func:`grey_uint8`) are ``grey`` ``(B, 1, H, W)``; float32 for integer grey levels."""
     dtype = _float_dtype(grey)
     if grey.shape[-2] * grey.shape[-1] > _EXACT_FLOAT32_MEAN:
         # A float32 mean of a larger image (299x299, say) can round onto the half level just above the true
@@ -514,23 +519,14 @@ _EXACT_FLOAT32_MEAN = 1 << 15
 
 
 def grey_uint8(images: Tensor) -> Tensor:
-    """PIL's ``convert("L")`` of uint8 images in integers, ``(19595 R + 38470 G + 7471 B + 2^15) >> 16``,
-    ``(B, 1, H, W)`` int32 (a one-channel image: its own levels). Exactly :func:`_grayscale`'s values, in
+    """PIL's ``convert("L")`` of uint8 images in integers (:data:`_LUMA_WEIGHTS`), ``(B, 1, H, W)`` int32 (a one-channel image: its own levels). Exactly :func:`_grayscale`'s values, in
     4-byte integers instead of float passes over all three channels: the sync-free path computes it for
     every image of a step, once for Contrast's mean and Color's degenerate image."""
     if images.shape[1] == 1:
         return images.to(torch.int32)
-    red, green, blue = images.unbind(1)
-    grey = red.to(torch.int32).mul_(19595).add_(green, alpha=38470).add_(blue, alpha=7471)
+    (red, green, blue), (w_red, w_green, w_blue) = images.unbind(1), _LUMA_WEIGHTS
+    grey = red.to(torch.int32).mul_(w_red).add_(green, alpha=w_green).add_(blue, alpha=w_blue)
     return grey.add_(1 << 15).bitwise_right_shift_(16).unsqueeze(1)
-
-
-def mean_grey_uint8(grey: Tensor) -> Tensor:
-    """:func:`_mean_grey` of the int32 levels of :func:`grey_uint8` ``(B, 1, H, W)``, ``(B, 1, 1, 1)``
-    float32: PIL's ``int(mean + 0.5)``, in integers ``(2 sum + n) // (2 n)``."""
-    n = grey.shape[-2] * grey.shape[-1]
-    total = grey.sum(dim=(1, 2, 3), keepdim=True, dtype=torch.int64)
-    return total.mul_(2).add_(n).div_(2 * n, rounding_mode="floor").to(torch.float32)
 
 
 def contrast_table(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
@@ -560,27 +556,11 @@ def color(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
     return blend(color_degenerate(images, ctx.quantize), images, factor, ctx.quantize)
 
 
-def sharpness_degenerate(images: Tensor, quantize: bool) -> Tensor | None:
-    """What :func:`sharpness` blends the inner pixels with: ``ImageFilter.SMOOTH`` of the ``(B, C, H, W)``
-    float levels, ``(B, C, H - 2, W - 2)``; ``None`` for images under 3x3, which PIL's filter leaves as they are.
-
-    SMOOTH is ``(3x3 box sum + 4 centre) / 13``, the box sum computed separably with shifted slices
-    (CPU depthwise convolutions cost several times more). On whole levels the exact value is a multiple
-    of 1/13, never within 1/26 of a rounding boundary, so float rounding in the sums cannot change PIL's
-    8-bit result.
-    """
-    h, w = images.shape[-2:]
-    if h < 3 or w < 3:
-        return None
-    rows = images[..., :-2] + images[..., 1:-1] + images[..., 2:]
-    box = rows[..., :-2, :] + rows[..., 1:-1, :] + rows[..., 2:, :]
-    return _round_half_up(box.add_(images[..., 1:-1, 1:-1], alpha=4.0).div_(13.0), quantize)
-
-
-def smooth_int16(levels: Tensor) -> Tensor | None:
-    """:func:`sharpness_degenerate` of whole levels held as int16 ``(B, C, H, W)``, in integers:
-    ``floor(v / 13 + 1/2) = (v + 6) // 13`` for the whole ``v = box sum + 4 centre`` (at most 3315), so
-    the same values as the float kernel, in 2-byte passes instead of 4-byte ones; ``None`` under 3x3."""
+def _smooth_sum(levels: Tensor) -> Tensor | None:
+    """``13 x`` ``ImageFilter.SMOOTH`` of ``(B, C, H, W)`` levels before its division, ``3x3 box sum + 4 centre``,
+    ``(B, C, H - 2, W - 2)`` in the levels' dtype; ``None`` for images under 3x3, which PIL's filter leaves as
+    they are. The box sum is computed separably with shifted slices (CPU depthwise convolutions cost several
+    times more); whole levels give at most ``13 x 255 = 3315``, which int16 holds."""
     h, w = levels.shape[-2:]
     if h < 3 or w < 3:
         return None
@@ -588,7 +568,26 @@ def smooth_int16(levels: Tensor) -> Tensor | None:
     rows += levels[..., 2:]
     box = rows[..., :-2, :] + rows[..., 1:-1, :]
     box += rows[..., 2:, :]
-    return box.add_(levels[..., 1:-1, 1:-1], alpha=4).add_(6).div_(13, rounding_mode="floor")
+    return box.add_(levels[..., 1:-1, 1:-1], alpha=4)
+
+
+def sharpness_degenerate(images: Tensor, quantize: bool) -> Tensor | None:
+    """What :func:`sharpness` blends the inner pixels with: ``ImageFilter.SMOOTH`` of the ``(B, C, H, W)``
+    float levels, ``(B, C, H - 2, W - 2)``; ``None`` under 3x3 (:func:`_smooth_sum`).
+
+    On whole levels the exact value is a multiple of 1/13, never within 1/26 of a rounding boundary, so float
+    rounding in the sums cannot change PIL's 8-bit result.
+    """
+    total = _smooth_sum(images)
+    return None if total is None else _round_half_up(total.div_(13.0), quantize)
+
+
+def smooth_int16(levels: Tensor) -> Tensor | None:
+    """:func:`sharpness_degenerate` of whole levels held as int16 ``(B, C, H, W)``, in integers:
+    ``floor(v / 13 + 1/2) = (v + 6) // 13`` for the whole ``v`` of :func:`_smooth_sum`, so the same values as
+    the float kernel, in 2-byte passes instead of 4-byte ones; ``None`` under 3x3."""
+    total = _smooth_sum(levels)
+    return None if total is None else total.add_(6).div_(13, rounding_mode="floor")
 
 
 def sharpness(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:

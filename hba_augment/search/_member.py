@@ -14,7 +14,7 @@ Cutout, SGD with Nesterov momentum at the search's learning-rate schedule. Withi
 for the device twice: at the first step, where ``augment`` checks the round's new policy (once: checked
 policies are remembered), and at the end (losses and hits are summed on the device).
 
-With ``cuda_graphs`` a member's full batches replay one captured CUDA graph of its whole step
+With the search's ``cuda_graphs`` a member's full batches replay one captured CUDA graph of its whole step
 (:class:`~hba_augment._runner.CapturedStep`, as ``hba-augment train --cuda-graphs``): its policy then lives
 in static tensors that each round overwrites (unchecked: explore keeps every value in its range), its SGD is
 the fused kernel at a rate held in a device tensor, and a copy of another member's weights and momentum
@@ -196,18 +196,17 @@ class Worker:
 
     Args:
         config: the search's :class:`~hba_augment.search.loop.SearchConfig` (model, optimiser, schedule,
-            baseline augmentation, ``count_probs``, ``amp``, ``channels_last``, ``seed``, ``device``).
+            baseline augmentation, ``count_probs``, ``amp``, ``channels_last``, ``cuda_graphs``, ``seed``,
+            ``device``).
         train, val: :class:`~hba_augment.datasets.ImageData` (uint8), the search's split.
         members: the indices of the members it holds.
-        cuda_graphs: replay each member's full batches from a captured CUDA graph (see the module docstring).
         score_ema: score each member on an exponential moving average of its weights with this decay per
             step (``None``: on its weights; see the module docstring).
     """
 
-    def __init__(self, config: Any, train: Any, val: Any, members: list[int], cuda_graphs: bool = False,
-                 score_ema: float | None = None) -> None:
+    def __init__(self, config: Any, train: Any, val: Any, members: list[int], score_ema: float | None = None) -> None:
         self.config = config
-        self.cuda_graphs = cuda_graphs
+        self.cuda_graphs = config.cuda_graphs
         self.score_ema = score_ema
         self.device = dev = torch.device(config.device)
         self.num_classes = len(train.classes)
@@ -258,7 +257,7 @@ class Worker:
         return records
 
 
-def serve(config: Any, members: list[int], threads: int, tasks: Any, results: Any, cuda_graphs: bool = False,
+def serve(config: Any, members: list[int], threads: int, tasks: Any, results: Any,
           score_ema: float | None = None) -> None:
     """A worker process's main loop (started with the 'spawn' method): build a :class:`Worker` from the
     first message on ``tasks``, the training and validation images as ``(images, labels, classes)`` numpy
@@ -275,7 +274,7 @@ def serve(config: Any, members: list[int], threads: int, tasks: Any, results: An
         torch.set_num_threads(threads)
         if config.device.startswith("cuda"):
             torch.backends.cudnn.benchmark = True  # fixed shapes, long runs
-        worker = Worker(config, train, val, members, cuda_graphs, score_ema)
+        worker = Worker(config, train, val, members, score_ema)
         results.put(("ready", members))
         while (job := _next_message(tasks)) is not None:
             results.put(("ok", worker.run_round(job)))

@@ -134,11 +134,6 @@ class PopulationConfig:
     resample: str = "uniform"
 
     @property
-    def cuda_graphs(self) -> bool:
-        """The search's ``cuda_graphs``: each member's whole step replayed from a CUDA graph."""
-        return self.search.cuda_graphs
-
-    @property
     def every(self) -> int:
         """Epochs per round, the default resolved."""
         if self.exploit_every is None:
@@ -262,7 +257,7 @@ class _Pool:
         self.inboxes: list[Any] = []
         if procs == 0:
             self.groups = [list(range(n))]
-            self.local = Worker(config.search, train, val, self.groups[0], config.cuda_graphs, config.score_ema)
+            self.local = Worker(config.search, train, val, self.groups[0], config.score_ema)
             return
         self.groups = [list(range(p, n, procs)) for p in range(procs)]
         ctx = torch.multiprocessing.get_context("spawn")
@@ -276,7 +271,7 @@ class _Pool:
             for group in self.groups:
                 inbox = ctx.Queue()
                 proc = ctx.Process(target=serve, args=(config.search, group, threads, inbox, self.results,
-                                                       config.cuda_graphs, config.score_ema), daemon=True)
+                                                       config.score_ema), daemon=True)
                 proc.start()
                 self.processes.append(proc)
                 self.inboxes.append(inbox)
@@ -441,7 +436,7 @@ def _provenance(config: PopulationConfig, init: _Init, history: _History, train:
         "exploit_every": config.every,
         "rounds": history.rounds,
         "population_procs": config.procs,
-        "cuda_graphs": config.cuda_graphs,
+        "cuda_graphs": config.search.cuda_graphs,
         "explore": {"resample_prob": config.resample_prob, "max_shift": config.max_shift,
                     "levels": pbt.EXPLORE_LEVELS},
         "truncation_quantile": config.quantile,
