@@ -2,12 +2,12 @@
 
 Times ``functional.augment`` on the first B lossless CIFAR-10 images (uint8, 32x32 unless ``--size``), every
 slot p = 0.5 at mid-range magnitudes (``throughput.benchmark_schedule``), the policy unchecked (a check reads
-the device), torch's default generator (``torch.compile`` takes no ``torch.Generator``). Candidates, on the
-path accelerators take (sync-free; forced on a CPU):
+the device), from a ``torch.Generator``. Candidates, on the path accelerators take (sync-free; forced on a
+CPU):
 
 - ``eager``: the call as it is;
-- ``compiled``: ``torch.compile(call, fullgraph=True)`` (inductor; compiled before timing, its compile time
-  reported).
+- ``compiled``: ``augment(..., compile=True)``, the draws eager and the pixel work through inductor
+  (compiled before timing, its compile time reported; checked to give the eager pixels).
 
 On the CPU the default grouped path is timed beside them (what CPU users get). Passes alternate in an
 order reversed on every other pass (ABBA); each row is the median over passes of the wall time of one call
@@ -27,7 +27,6 @@ import platform
 import statistics
 import sys
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -60,22 +59,23 @@ def main(argv: list[str] | None = None) -> int:
     images = load_images(args.data_dir, args.batch_size, args.size).to(device)
     prob, mag = (torch.as_tensor(t, dtype=torch.float32, device=device) for t in benchmark_schedule().at(0))
 
-    def call(x: torch.Tensor) -> torch.Tensor:
-        return augment(x, prob, mag, check_policy=False)
+    def call(x: torch.Tensor, **kwargs) -> torch.Tensor:
+        return augment(x, prob, mag, check_policy=False, generator=torch.Generator(device).manual_seed(0), **kwargs)
 
-    # Dynamo traces through the cached helpers (their caches only spare eager calls the work).
-    warnings.filterwarnings("ignore", message="Dynamo detected a call to a `functools.lru_cache`")
+    def compiled(x: torch.Tensor) -> torch.Tensor:
+        return call(x, compile=True)
+
     augment_module._FORCE_SYNC_FREE = True  # the accelerators' path, on any device
     start = time.perf_counter()
-    compiled = torch.compile(call, fullgraph=True)
-    compiled(images)
+    first = compiled(images)
     _sync(device)
     compile_seconds = time.perf_counter() - start
+    if not torch.equal(first, call(images)):
+        raise SystemExit("the compiled call's pixels differ from the eager call's")
 
     def timed(fn: Callable[[torch.Tensor], torch.Tensor], sync_free: bool | None) -> Callable[[], float]:
         def run() -> float:
             augment_module._FORCE_SYNC_FREE = sync_free
-            torch.manual_seed(0)
             _sync(device)
             t = time.perf_counter()
             fn(images)

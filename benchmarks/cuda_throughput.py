@@ -10,9 +10,11 @@ upsampled for 224x224; the first 4,000 of ``data_batch_1``, tiled), each image d
 - ``policy-graphs``: ``HBAPolicy(schedule, cuda_graphs=True)(batch, generator=...)``, the user's call that
   replays its own captured graph (inputs copied in, output copied out);
 - ``kornia``: ``kornia.augmentation.auto.AutoAugment`` on the float batch, when kornia is importable;
-- ``compiled`` (with ``--compile``): ``torch.compile(augment, fullgraph=True)`` of the same unchecked call
-  (inductor; one compilation per shape, not timed; torch's default generator, inductor's ``fallback_random``),
-  with the number of values that differ from the eager call's from the same seed.
+- ``compiled`` (with ``--compile``): ``HBAPolicy(schedule, compile=True)(batch, generator=...)``, the draws
+  eager and the pixel work through inductor (compiled by its first call of a shape or dtype, not timed),
+  with the number of values that differ from the eager transform's from the same generator state;
+- ``compiled-graphs`` (with ``--compile``): the same with ``cuda_graphs=True``, inductor's kernels and the
+  eager draws replayed from one CUDA graph.
 
 Per call: median wall time over ``--repeats`` timed calls (a ``torch.cuda.synchronize`` closes each), the
 CPU time the host spent in it, and images per second; for the eager and graph rows also the bytes an image
@@ -87,22 +89,15 @@ def _graphed(images: torch.Tensor, prob: torch.Tensor, mag: torch.Tensor) -> Cal
     return graph.replay
 
 
-def _compiled(images: torch.Tensor, prob: torch.Tensor, mag: torch.Tensor) -> tuple[Callable[[], object], int]:
-    """The batched call through ``torch.compile(fullgraph=True)`` (unchecked policy: a check reads the device),
-    compiled by its first call here, and how many values of that call differ from the eager call's from the
-    same seed. Inductor's own random numbers differ from eager ones, so the call is compiled with
-    ``fallback_random`` (torch's generator: the same draws); what may still differ is the arithmetic (a
-    fused multiply-add, say, rounds once where eager PyTorch rounds twice)."""
-    def call(x: torch.Tensor) -> torch.Tensor:
-        return augment(x, prob, mag, check_policy=False)
-
-    fn = torch.compile(call, fullgraph=True)
-    with torch._inductor.config.patch(fallback_random=True):
-        torch.manual_seed(0)
-        compiled = fn(images)
-    torch.manual_seed(0)
-    differing = int((compiled != call(images)).sum())
-    return (lambda: fn(images)), differing
+def _compiled(policy: HBAPolicy, eager: HBAPolicy, images: torch.Tensor) -> tuple[Callable[[], object], int]:
+    """``policy`` (``compile=True``) on ``images`` from its own generator, compiled by this first call, and how
+    many values differ from the ``eager`` transform's from the same generator state: the draws are the same
+    (eager in both), so what may differ is inductor's arithmetic (a fused multiply-add, say, rounds once where
+    eager PyTorch rounds twice)."""
+    first, again = (torch.Generator(images.device).manual_seed(0) for _ in range(2))
+    differing = int((policy(images, generator=first) != eager(images, generator=again)).sum())
+    generator = torch.Generator(images.device).manual_seed(0)
+    return (lambda: policy(images, generator=generator)), differing
 
 
 def model_bytes(images: torch.Tensor, prob: torch.Tensor, mag: torch.Tensor) -> float:
@@ -121,6 +116,8 @@ def run(grid: list[tuple[int, list[int]]], repeats: int, data_dir: Path,
     schedule = benchmark_schedule()
     policy = HBAPolicy(schedule)
     graphs_policy = HBAPolicy(schedule, cuda_graphs=True)
+    compiled_policy = HBAPolicy(schedule, compile=True)
+    compiled_graphs_policy = HBAPolicy(schedule, compile=True, cuda_graphs=True)
     prob, mag = (torch.as_tensor(t, dtype=torch.float32, device=device) for t in schedule.at(0))
     try:
         from kornia.augmentation.auto import AutoAugment as KorniaAutoAugment
@@ -149,11 +146,12 @@ def run(grid: list[tuple[int, list[int]]], repeats: int, data_dir: Path,
                 cases[("float32", "kornia")] = lambda x=floats: kornia_aa(x)
             differing = {}
             if compile:
-                cases[("uint8", "compiled")], differing["uint8"] = _compiled(uint8, prob, mag)
-                cases[("float32", "compiled")], differing["float32"] = _compiled(floats, prob, mag)
+                for dtype, x in (("uint8", uint8), ("float32", floats)):
+                    cases[(dtype, "compiled")], differing[dtype] = _compiled(compiled_policy, policy, x)
+                    cases[(dtype, "compiled-graphs")], _ = _compiled(compiled_graphs_policy, policy, x)
             for (dtype, mode), fn in cases.items():
                 # (the transform's graph is captured on its fourth call of a shape: warm up past it)
-                t = _time(fn, repeats, warmup=6 if mode == "policy-graphs" else 3)
+                t = _time(fn, repeats, warmup=6 if mode.endswith("graphs") else 3)
                 rows.append({"size": size, "batch": b, "dtype": dtype, "mode": mode, **t,
                              "images_per_s": b / (t["wall_ms"] / 1e3)})
                 if mode in ("eager", "graph", "policy-graphs"):

@@ -10,8 +10,8 @@ channels counts three times only when it is really three times as big), and the 
 ``from_levels`` (float -> uint8 directly) skips one int16 pass the CPU's route makes here. It also times the
 call's thread CPU time at the same batch, base and now interleaved (ABBA), on this CPU.
 
-With ``--compiled``, it also compiles the working tree's call (``torch.compile``, inductor, ``fullgraph``) and
-adds up the intermediate buffers inductor's generated code writes per image: what ``torch.compile``
+With ``--compiled``, it also compiles the working tree's pixel work (``augment(..., compile=True)``: inductor,
+``fullgraph``) and adds up the intermediate buffers inductor's generated code writes per image: what ``torch.compile``
 should save on a GPU, whose inductor fuses the same graph. Each buffer is written once and read at least
 once, and the input and output come on top, so the traffic is some small multiple of that figure.
 
@@ -91,16 +91,19 @@ _BUFFER = re.compile(r"empty_strided_\w+\(\(([^)]*)\), \([^)]*\), (torch\.\w+)\)
 
 
 def compiled_buffer_bytes(images: torch.Tensor, prob: torch.Tensor, mag: torch.Tensor) -> tuple[int, int]:
-    """The buffers inductor's code for one forced sync-free call writes (their bytes, all together), and how
-    many."""
+    """The buffers inductor's code writes for the pixel work of one forced sync-free call with ``compile=True``
+    (their bytes, all together), and how many. The draws, eager, are not in it."""
     from torch._inductor.utils import run_and_get_code  # inductor's own way to see its code; imported late
 
     augment_module._FORCE_SYNC_FREE = True
+    torch._dynamo.reset()  # compiled afresh, so that its code is generated (and seen) here
     try:
-        fn = torch.compile(lambda x: hba_augment.functional.augment(x, prob, mag, check_policy=False), fullgraph=True)
+        def call(x: torch.Tensor) -> torch.Tensor:
+            return hba_augment.functional.augment(x, prob, mag, check_policy=False, compile=True)
+
         # Without reuse every buffer a kernel writes is its own allocation, so the allocations count the writes.
         with torch._inductor.config.patch(allow_buffer_reuse=False):
-            _, sources = run_and_get_code(fn, images)
+            _, sources = run_and_get_code(call, images)
     finally:
         augment_module._FORCE_SYNC_FREE = None
     buffers = [(shape, dtype) for source in sources for shape, dtype in _BUFFER.findall(source)]

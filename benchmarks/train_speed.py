@@ -5,7 +5,7 @@ Paper-scale runs on a lent GPU are several trainings at once (``gpu_campaign.py`
 host launching kernels: eight at once took 1.57 s per epoch each on an H100, where one alone took 0.62 s
 (``benchmarks/campaigns/README.md``). ``train --cuda-graphs`` replays each full batch's whole step from one
 CUDA graph. This starts ``--procs`` copies of the same ``hba-augment train`` command at once, for each mode
-in turn (``--modes``, by default ``graphs`` then ``eager``), and reads each run's ``history.jsonl``: the
+in turn (``--epochs``: ``graphs``, ``eager`` or ``compile``, by default ``graphs`` then ``eager``), and reads each run's ``history.jsonl``: the
 median of its epochs' ``train_seconds`` (the first epoch, which captures the graph, excluded where there
 are more), the run's wall time and its test error. Every mode runs on the same device in the same call, so
 the ratio is a fair one.
@@ -32,7 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-MODES = {"eager": [], "graphs": ["--cuda-graphs"]}
+#: Each mode's options (``compile``: the network and an ``hba:`` policy's pixel work through inductor).
+MODES = {"eager": [], "graphs": ["--cuda-graphs"], "compile": ["--compile"]}
 
 
 def _epochs(text: str) -> dict[str, int]:

@@ -209,10 +209,16 @@ class HBAPolicy(torch.nn.Module):
             instead of a few hundred; the bare call replayed so took 0.67 ms against 3.48 ms eagerly at B = 256
             on an H100, ``benchmarks/RESULTS.md``), meant to give the pixels and draws of eager calls. For image batches (and single images) with a number or sequence as fill; videos,
             samples with targets and tensor fills run eagerly. Default: ``False``.
+        compile (bool or dict): on accelerators, turn each tensor batch's draws into pixels through
+            ``torch.compile`` (``functional.augment``'s ``compile``: the draws stay eager, from the call's
+            generator, so the pixels are the eager call's); a dict gives ``torch.compile``'s keyword
+            arguments, e.g. ``{"mode": "max-autotune"}``. The first batch of each shape and dtype compiles
+            (tens of seconds). No effect on CPU tensors and PIL images. Default: ``False``.
 
     Raises:
         ValueError: for an unknown policy name, an invalid schedule file, ``total_epochs`` < 1, an
             interpolation other than NEAREST or BILINEAR, or a bad ``fill``.
+        TypeError: ``cuda_graphs`` not a bool, or ``compile`` neither a bool nor a dict.
     """
 
     def __prepare_scriptable__(self) -> HBAPolicy:
@@ -226,11 +232,15 @@ class HBAPolicy(torch.nn.Module):
         interpolation: InterpolationMode = InterpolationMode.NEAREST,
         fill: Fill | dict[type | str, Fill] = None,
         cuda_graphs: bool = False,
+        compile: bool | dict[str, Any] = False,
     ) -> None:
         super().__init__()
         if not isinstance(cuda_graphs, bool):
             raise TypeError(f"cuda_graphs must be a bool, got {type(cuda_graphs).__name__}")
+        if not isinstance(compile, (bool, dict)):
+            raise TypeError(f"compile must be a bool or a dict of torch.compile's arguments, got {compile!r}")
         self.cuda_graphs = cuda_graphs
+        self.compile = compile
         # Per batch shape, dtype, device, generator and fill: the captured call (cuda_graphs).
         self._graphs: dict[tuple, CapturedCall] = {}
         # One check for the whole package (raises ValueError for anything but NEAREST / BILINEAR).
@@ -419,6 +429,7 @@ class HBAPolicy(torch.nn.Module):
             generator=generator,
             frames=frames,
             return_matrices=return_matrices,
+            compile=self.compile,
         )
 
     def _captured(self, batch: Tensor, generator: torch.Generator | None, fill: Fill) -> CapturedCall:
@@ -427,11 +438,11 @@ class HBAPolicy(torch.nn.Module):
         epoch's ``prob`` and ``mag`` are its inputs, so a new epoch replays the same graph with the new policy;
         the schedule's values were checked when it was built, so the call checks nothing (a check reads the
         device)."""
-        count_probs, interpolation = self.schedule.count_probs, self.interpolation
+        count_probs, interpolation, compile_ = self.schedule.count_probs, self.interpolation, self.compile
         # (everything the captured call fixes; a generator in the key is kept alive by its call, so its id
         # cannot come back for another one)
         key = (batch.shape, batch.dtype, batch.device, None if generator is None else id(generator), repr(fill),
-               count_probs, interpolation)
+               count_probs, interpolation, repr(compile_))
         captured = self._graphs.get(key)
         if captured is None:
             if len(self._graphs) >= _MAX_GRAPHS:  # each holds its own buffers: keep a few shapes, not all
@@ -439,7 +450,7 @@ class HBAPolicy(torch.nn.Module):
 
             def call(x: Tensor, prob: Tensor, mag: Tensor) -> Tensor:
                 return augment(x, prob, mag, count_probs, fill=fill, interpolation=interpolation, generator=generator,
-                               check_policy=False)
+                               check_policy=False, compile=compile_)
 
             captured = self._graphs[key] = CapturedCall(call, batch.device, () if generator is None else (generator,))
         return captured
@@ -481,12 +492,13 @@ class HBAPolicy(torch.nn.Module):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        # Pickles of a policy from before cuda_graphs: eager, as it was.
-        super().__setstate__({"cuda_graphs": False, "_graphs": {}, **state})
+        # Pickles of a policy from before cuda_graphs or compile: eager, as it was.
+        super().__setstate__({"cuda_graphs": False, "_graphs": {}, "compile": False, **state})
 
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(policy={self.schedule.name}, epoch={self.epoch}, "
             f"total_epochs={self.total_epochs}, interpolation={self.interpolation}, fill={self.fill}"
-            + (", cuda_graphs=True)" if self.cuda_graphs else ")")
+            + (", cuda_graphs=True" if self.cuda_graphs else "")
+            + (f", compile={self.compile!r})" if self.compile is not False else ")")
         )

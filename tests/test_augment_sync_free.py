@@ -331,7 +331,8 @@ def test_unchecked_fresh_per_image_policies_never_read_the_device(cifar_images, 
     assert augment(images, bad_prob, bad_mag, check_policy=False).shape == images.shape
 
 
-@pytest.mark.filterwarnings("ignore:Dynamo detected a call to a `functools.lru_cache`")
+# Dynamo warns for every lru_cache it traces through: the kernels' constants are cached so that it sees none.
+@pytest.mark.filterwarnings("error:Dynamo detected a call to a `functools.lru_cache`")
 @pytest.mark.parametrize(("dtype", "kwargs"), [
     (torch.uint8, {}),
     (torch.float32, {"interpolation": InterpolationMode.BILINEAR, "fill": 0.25, "count_probs": (0.1, 0.2, 0.3, 0.4)}),
@@ -357,3 +358,80 @@ def test_torch_compile_traces_the_batched_call_as_one_graph(dtype, kwargs, cifar
     torch.manual_seed(7)
     assert torch.equal(out, call(images, prob, mag))
     assert not torch.equal(out, images)
+
+
+def _compiled_and_eager(images, prob, mag, seed, **kwargs):
+    """The same call compiled and eager from generators in the same state; asserts both drew alike."""
+    g_compiled, g_eager = (torch.Generator().manual_seed(seed) for _ in range(2))
+    compiled = augment(images, prob, mag, generator=g_compiled, **kwargs)
+    kwargs.pop("compile")
+    eager = augment(images, prob, mag, generator=g_eager, **kwargs)
+    assert torch.equal(g_compiled.get_state(), g_eager.get_state())  # the same draws, all of them eager
+    return compiled, eager
+
+
+@pytest.mark.filterwarnings("error:Dynamo detected a call to a `functools.lru_cache`")
+@pytest.mark.parametrize(("dtype", "kwargs"), [
+    (torch.uint8, {"fill": (10, 200, 30)}),
+    (torch.float32, {"interpolation": InterpolationMode.BILINEAR, "count_probs": (0.1, 0.2, 0.3, 0.4)}),
+])
+@pytest.mark.parametrize("per_image", [False, True])
+def test_compile_gives_the_eager_pixels_from_any_generator(dtype, kwargs, per_image, cifar_images, monkeypatch):
+    """Issue 21, section 1: ``augment(..., compile=...)`` draws eagerly (from a ``torch.Generator`` too, which
+    dynamo cannot take) and compiles the pixel work alone, so the images get the eager call's pixels. Under
+    ``aot_eager`` (no code generation: what is traced, not inductor's arithmetic); a second batch size
+    reuses the trace or retraces without changing a pixel."""
+    monkeypatch.setattr(augment_module, "_FORCE_SYNC_FREE", True)
+    images = cifar_images[:16] if dtype == torch.uint8 else cifar_images[:16].float() / 255
+    prob, mag = _policy(0.5, 0.5, 4)
+    if per_image:
+        prob, mag = prob.expand(16, 2, NUM_OPS).clone(), mag.expand(16, 2, NUM_OPS).clone()
+        prob[::2] = prob[::2].flip(-1)  # half the images with another policy
+    compile_ = {"backend": "aot_eager"}
+    for seed, n in ((1, 16), (2, 16), (3, 9)):
+        compiled, eager = _compiled_and_eager(images[:n], prob[:n] if per_image else prob,
+                                              mag[:n] if per_image else mag, seed, compile=compile_, **kwargs)
+        assert torch.equal(compiled, eager), f"seed {seed}, {n} images"
+        assert not torch.equal(compiled, images[:n])
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("error:Dynamo detected a call to a `functools.lru_cache`")
+def test_inductor_gives_the_eager_uint8_pixels(cifar_images, monkeypatch):
+    """The same with inductor's generated code (about 20 s of compiling on a 2-core CPU), on low-contrast
+    images (levels 60-187), so that AutoContrast's channel minima are never 0: inductor's vectorised CPU
+    minimum of uint8 gave 1 for a minimum of 5 there (pytorch issue 191499), which this catches."""
+    monkeypatch.setattr(augment_module, "_FORCE_SYNC_FREE", True)
+    images = cifar_images[:64] // 2 + 60
+    prob, mag = _policy(0.5, 0.5, 9)
+    for seed in (0, 1):
+        compiled, eager = _compiled_and_eager(images, prob, mag, seed, compile=True)
+        assert torch.equal(compiled, eager), f"seed {seed}: {int((compiled != eager).sum())} values differ"
+
+
+def test_compile_is_a_bool_or_torch_compiles_arguments(cifar_images):
+    prob, mag = _policy(0.5, 0.5, 0)
+    with pytest.raises(TypeError, match=r"compile must be a bool or a mapping of torch\.compile's arguments, got 'yes'"):
+        augment(cifar_images[:2], prob, mag, compile="yes")
+    # The CPU's grouped path does not compile (the option is the accelerators'): the plain call's pixels.
+    torch.manual_seed(0)
+    grouped = augment(cifar_images[:8], prob, mag, compile={"backend": "no such backend"})
+    torch.manual_seed(0)
+    assert torch.equal(grouped, augment(cifar_images[:8], prob, mag))
+
+
+@cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+def test_cuda_compiled_pixels_equal_eager(dtype, cifar_images):
+    """On a GPU, inductor's Triton code against the eager kernels, same generator state: the values that
+    differ are counted (rounding inside fused kernels may move a level; none did on the CPU)."""
+    device = torch.device("cuda")
+    images = cifar_images.to(device)
+    images = images if dtype == torch.uint8 else images.float() / 255
+    prob, mag = (t.to(device) for t in _policy(0.5, 0.5, 8))
+    for seed in (0, 1):
+        g_compiled, g_eager = (torch.Generator(device=device).manual_seed(seed) for _ in range(2))
+        compiled = augment(images, prob, mag, generator=g_compiled, compile=True)
+        eager = augment(images, prob, mag, generator=g_eager)
+        assert torch.equal(compiled, eager), f"seed {seed}: {int((compiled != eager).sum())} values differ"

@@ -776,3 +776,29 @@ def test_cuda_graphs_replay_the_eager_pixels_across_epochs(dtype):
     assert len(graphs._graphs) == 1 and next(iter(graphs._graphs.values())).captured
     short = x[:5]  # another shape: its own graph, the same pixels
     torch.testing.assert_close(graphs(short, generator=g_graphs), eager(short, generator=g_eager), rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------------------------------- compile
+def test_compile_is_a_checked_option_shown_in_the_repr():
+    with pytest.raises(TypeError, match=r"compile must be a bool or a dict of torch\.compile's arguments, got 'yes'"):
+        HBAPolicy(IDENTITY, compile="yes")
+    policy = HBAPolicy(IDENTITY, compile={"mode": "max-autotune"})
+    assert repr(policy).endswith("fill=None, compile={'mode': 'max-autotune'})")
+    assert pickle.loads(pickle.dumps(policy)).compile == {"mode": "max-autotune"}
+    assert repr(HBAPolicy(IDENTITY, cuda_graphs=True, compile=True)).endswith("cuda_graphs=True, compile=True)")
+
+
+@pytest.mark.filterwarnings("error:Dynamo detected a call to a `functools.lru_cache`")
+def test_compile_gives_the_eager_pixels_across_epochs(monkeypatch):
+    """On the accelerators' path (forced here on the CPU) the transform's batches go through
+    ``functional.augment``'s ``compile``: with its own generator, epoch after epoch (the policy is an input,
+    not a constant of the trace), the eager transform's pixels. ``aot_eager``: no code generation."""
+    monkeypatch.setattr(augment_module, "_FORCE_SYNC_FREE", True)
+    x = images(16, size=12)
+    eager = HBAPolicy(rich_schedule(epochs=4), fill=7)
+    compiled = HBAPolicy(rich_schedule(epochs=4), fill=7, compile={"backend": "aot_eager"})
+    g_eager, g_compiled = (torch.Generator().manual_seed(3) for _ in range(2))
+    for epoch in (0, 2, 3):
+        eager.set_epoch(epoch)
+        compiled.set_epoch(epoch)
+        torch.testing.assert_close(compiled(x, generator=g_compiled), eager(x, generator=g_eager), rtol=0, atol=0)

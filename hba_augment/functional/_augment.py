@@ -6,8 +6,8 @@ import dataclasses
 import functools
 import itertools
 import weakref
-from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -17,7 +17,16 @@ from torchvision.transforms import InterpolationMode
 # The distribution of K (PBA's default) and its check have their home in the torch-free table.
 from .._space import DEFAULT_COUNT_PROBS, check_count_probs
 from ._batched import NO_OP, apply_step
-from ._kernels import KernelContext, affine, identity_table, lookup, nearest_index, warp_nearest
+from ._cache import constant_cache
+from ._kernels import (
+    KernelContext,
+    affine,
+    cutout_centres,
+    identity_table,
+    lookup,
+    nearest_index,
+    warp_nearest,
+)
 from ._levels import compute_dtype, from_levels, kernel_context, to_levels
 from ._table import NUM_COPIES, NUM_OPS, OPS, OpSpec
 from ._validation import Fill, check_images
@@ -74,7 +83,7 @@ _STATIC_TABLE_ROW_OF_CODE = tuple(c - _TABLE if c >= _TABLE else _TABLE for c in
 _WARP_MAX_PIXELS = 1 << 16
 
 
-@functools.lru_cache(maxsize=8)
+@constant_cache(8)
 def _constants(device: torch.device) -> tuple[Tensor, ...]:
     """Per-device tables: ``sign`` ``(30,)``, the factor a sign flip applies to each slot's magnitude (-1
     for the signed ops, else 1); ``_GROUP_OF_CODE`` and ``_WARP_ROW_OF_CODE`` ``(120,)``; and, per
@@ -100,7 +109,7 @@ def _constants(device: torch.device) -> tuple[Tensor, ...]:
     )
 
 
-@functools.lru_cache(maxsize=8)
+@constant_cache(8)
 def _count_edges(count_probs: tuple[float, ...], device: torch.device) -> tuple[Tensor, tuple[float, ...]]:
     """Validate ``count_probs``; return the cumulative probabilities but the last, at most one per slot,
     as a float32 tensor and as the same float32 values in a tuple (their number is the number of steps).
@@ -215,7 +224,7 @@ def _warp_maps(policy: _Policy, h: int, w: int, ctx: KernelContext) -> Tensor | 
     return maps
 
 
-@functools.lru_cache(maxsize=8)
+@constant_cache(8)
 def _entry_indices(device: torch.device) -> tuple[Tensor, tuple[Tensor | None, ...], Tensor]:
     """Per-device index tensors of a shared policy's magnitude table: ``_WARP_ENTRIES`` ``(20,)``; per op,
     its entries if it has a fixed table (else ``None``); and whether each entry's op has a fixed table,
@@ -296,6 +305,7 @@ def augment(
     return_matrices: bool = False,
     return_applied: bool = False,
     check_policy: bool = True,
+    compile: bool | Mapping[str, Any] = False,
 ) -> Tensor | tuple[Tensor, Tensor] | tuple[Tensor, Tensor, Tensor]:
     """Augment every image independently with PBA's template (SPEC section 2).
 
@@ -333,6 +343,13 @@ def augment(
             the host, once per new policy tensor: a GPU caller whose policies are valid by construction
             (the search's, mapped from logits) passes ``False`` so that its steps never wait for the
             device; values outside the ranges then give undefined results.
+        compile: on the accelerators' path, turn the draws into pixels through ``torch.compile`` (inductor
+            fuses the call's few hundred elementwise passes), with these keyword arguments if a mapping
+            (``fullgraph=True`` unless given). The draws stay eager, from ``generator``, so the images get
+            the eager call's pixels (on the CPU, checked with the path forced there; on GPUs see
+            ``benchmarks/cuda_throughput.py``). The first call of each shape and dtype compiles (tens of
+            seconds). No effect on the CPU's grouped path, where the compiled call measured 9.5x slower
+            (docs/contract.md, section 2).
 
     Returns:
         A new tensor with the dtype, shape and device of ``images``; with ``return_matrices``, also the
@@ -348,6 +365,8 @@ def augment(
     batch, unbatched = check_images(images)
     b = batch.shape[0]
     device = batch.device
+    if not isinstance(compile, (bool, Mapping)):
+        raise TypeError(f"compile must be a bool or a mapping of torch.compile's arguments, got {compile!r}")
     if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1 or b % frames:
         raise ValueError(f"frames must be an integer >= 1 dividing the batch size {b}, got {frames!r}")
     try:
@@ -363,6 +382,8 @@ def augment(
     applied = _Applied(device) if return_applied else None
     sync_free = _sync_free(device)
     augment_batch = _augment_batch_static if sync_free else _augment_batch
+    if compile is not False and sync_free:
+        augment_batch = functools.partial(_augment_batch_static, pixels=_compiled_pixels(compile))
     if b == 0 or steps == 0 or batch.shape[-2] * batch.shape[-1] == 0:
         out = images.clone()  # no images, or images without pixels: unchanged, as in torchvision
     elif b == 1 and not sync_free:
@@ -483,26 +504,63 @@ def _augment_batch_static(
     out: Tensor | None = None,
     geometry: _Geometry | None = None,
     applied: _Applied | None = None,
+    pixels: Callable[..., Tensor] | None = None,
 ) -> Tensor:
     """:func:`_augment_batch` with no host synchronisation and a launch count that depends on neither the
     batch size nor the draws: every step runs :func:`~._batched.apply_step` on the whole batch, each image
-    with its own op and parameters (the identity where it applies none). Same arguments and result."""
+    with its own op and parameters (the identity where it applies none). Same arguments and result, and
+    ``pixels``, what turns the draws into pixels (:func:`_static_pixels`, or a compiled copy of it).
+
+    Everything random is drawn first (the template, then each step's Cutout centres, in the order the steps
+    would draw them), so the pixel work is a pure function of the draws: ``torch.compile`` can take it
+    whatever the generator (dynamo takes no ``torch.Generator``), and gives the eager call's pixels.
+    """
     b, _, h, w = batch.shape
-    steps = len(edges)
     code, magnitude = _draw_batch(policy, edges, b, ctx, geometry, applied)
-    constants = _constants(batch.device)
-    op = torch.take(constants[7], code)
+    centres = tuple(cutout_centres(b, h, w, batch.device, ctx) for _ in range(len(edges)))
     maps = _static_warp_maps(policy, h, w, ctx)
     tables = _static_tables(policy) if ctx.quantize else None
+    levels = (pixels or _static_pixels)(batch, code, magnitude, centres, maps, tables, ctx._replace(generator=None))
+    return levels if out is None else out.copy_(levels)
+
+
+def _static_pixels(
+    batch: Tensor,
+    code: Tensor,
+    magnitude: Tensor,
+    centres: tuple[Tensor, ...],
+    maps: Tensor | None,
+    tables: Tensor | None,
+    ctx: KernelContext,
+) -> Tensor:
+    """The pixels of :func:`_augment_batch_static` from its draws: ``code`` and ``magnitude`` ``(B, steps)``
+    (:func:`_sample`), one ``(B, 2)`` tensor of Cutout centres per step, the policy's warp maps and fixed
+    tables (or ``None``), and a context that draws nothing. Reads no value on the host; the new images, in
+    the batch's dtype and layout."""
+    constants = _constants(batch.device)
+    op = torch.take(constants[7], code)
     # apply_step never writes into its input: uint8 images need no copy.
     levels = batch.contiguous() if ctx.quantize else to_levels(batch)
-    for s in range(steps):
+    for s, centre in enumerate(centres):
         index = None if maps is None else maps.index_select(0, torch.take(constants[8], code[:, s]))
         table = None if tables is None else tables.index_select(0, torch.take(constants[9], code[:, s]))
-        levels = apply_step(levels, op[:, s], magnitude[:, s], ctx, index, table)
-    if out is None:
-        return _result(levels, batch.dtype, _layout(batch), False)
-    return out.copy_(_result(levels, batch.dtype, torch.contiguous_format, False))
+        levels = apply_step(levels, op[:, s], magnitude[:, s], ctx, index, table, centre)
+    return _result(levels, batch.dtype, _layout(batch), False)
+
+
+# The compiled copies of _static_pixels, one per distinct set of torch.compile's arguments.
+_COMPILED: dict[str, Callable[..., Tensor]] = {}
+
+
+def _compiled_pixels(options: bool | Mapping[str, Any]) -> Callable[..., Tensor]:
+    """``torch.compile(_static_pixels, fullgraph=True, **options)``, made once per distinct ``options``
+    (``True``: none)."""
+    options = {} if options is True else dict(options)
+    key = repr(sorted(options.items()))  # (values such as inductor's own option dicts are not hashable)
+    compiled = _COMPILED.get(key)
+    if compiled is None:
+        compiled = _COMPILED[key] = torch.compile(_static_pixels, **{"fullgraph": True, **options})
+    return compiled
 
 
 def _result(levels: Tensor, dtype: torch.dtype, layout: torch.memory_format, unbatched: bool) -> Tensor:

@@ -29,12 +29,11 @@ batches").
 
 from __future__ import annotations
 
-import functools
-
 import torch
 from torch import Tensor
 
 from . import _kernels as K
+from ._cache import constant_cache
 from ._levels import from_levels, to_levels
 from ._table import NUM_OPS, OPS
 
@@ -74,13 +73,13 @@ _POINTWISE_FLOAT = tuple(
 )
 
 
-@functools.lru_cache(maxsize=8)
+@constant_cache(8)
 def _geometric_ops(device: torch.device) -> Tensor:
     """Whether each op code (``0..NUM_OPS``, the last for no op) is geometric, ``(NUM_OPS + 1,)``."""
     return torch.tensor([spec.geometric for spec in OPS] + [False], device=device)
 
 
-@functools.lru_cache(maxsize=8)
+@constant_cache(8)
 def _op_rows(device: torch.device) -> tuple[Tensor, Tensor]:
     """The op codes ``0..NUM_OPS`` as a column, and each op's identity magnitude (0 where it has none),
     ``(NUM_OPS + 1, 1)`` each."""
@@ -109,6 +108,7 @@ def apply_step(
     ctx: K.KernelContext,
     warp_index: Tensor | None = None,
     fixed_table: Tensor | None = None,
+    centre: Tensor | None = None,
 ) -> Tensor:
     """Apply to each image the op it drew for this step, with its magnitude (see the module docstring).
 
@@ -121,6 +121,8 @@ def apply_step(
             image's warp, the identity's for images without a geometric op; ``None`` to compute them.
         fixed_table: uint8 only: ``(B, 1, 1, 256)`` the table of each image's fixed-table op
             (``OpSpec.fixed_table``), the identity for the others; ``None`` to compute them.
+        centre: ``(B, 2)`` int64 Cutout centres (:func:`~._kernels.cutout_centres`), one per image whatever
+            it drew; ``None`` to draw them from ``ctx.generator`` here. Given, the step draws nothing.
 
     Returns:
         New ``(B, C, H, W)`` levels of the same dtype.
@@ -136,7 +138,7 @@ def apply_step(
             magnitude = mags[k] if OPS[k].has_magnitude else None
             out = _select(drew[k], OPS[k].kernel(levels, magnitude, ctx), out)
         levels = out
-    return OPS[_CUTOUT].kernel(levels, mags[_CUTOUT], ctx)  # identity magnitude 0: an empty patch
+    return K.cutout(levels, mags[_CUTOUT], ctx, centre)  # identity magnitude 0: an empty patch
 
 
 def _geometric(

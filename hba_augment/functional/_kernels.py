@@ -22,13 +22,14 @@ are written with few tensor ops; on batches, boolean masks and ``where`` are avo
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from ._cache import constant_cache
 
 __all__ = [
     "KernelContext",
@@ -44,6 +45,7 @@ __all__ = [
     "contrast_table",
     "contrast_table_of_mean",
     "cutout",
+    "cutout_centres",
     "equalize",
     "equalize_lut",
     "equalize_table",
@@ -125,7 +127,7 @@ def _affine_rows(a: Tensor, b: Tensor, c: Tensor, d: Tensor, e: Tensor, f: Tenso
     return torch.stack([a, b, c, d, e, f], -1).view(-1, 2, 3)
 
 
-@functools.lru_cache(maxsize=16)
+@constant_cache(16)
 def _unit_matrices(device: torch.device, dtype: torch.dtype) -> tuple[Tensor, ...]:
     """The identity ``(2, 3)`` AFFINE data, then the unit matrix of each of its six entries."""
     units = torch.eye(6, dtype=dtype, device=device).view(6, 2, 3)
@@ -174,7 +176,7 @@ def rotate_matrix(degrees: Tensor, height: int, width: int) -> Tensor:
     return _affine_rows(cos, -sin, cx - cos * cx + sin * cy, sin, cos, cy - sin * cx - cos * cy)
 
 
-@functools.lru_cache(maxsize=16)
+@constant_cache(16)
 def _pixel_grid(height: int, width: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
     """For :func:`nearest_index`: the ``x`` and ``y`` of every output pixel, int64 ``(H W,)``, and the
     16.16 fixed-point shift of one padding pixel on the origin, ``(3,)``."""
@@ -339,7 +341,7 @@ def _grayscale(images: Tensor, quantize: bool) -> Tensor:
     return _round_half_up((images * luma).sum(dim=1, keepdim=True), quantize)
 
 
-@functools.lru_cache(maxsize=16)
+@constant_cache(16)
 def _luma(device: torch.device, dtype: torch.dtype) -> Tensor:
     """:data:`_LUMA` on ``device``, kept: a copy from the host on every call would synchronise a GPU."""
     return _LUMA.to(device=device, dtype=dtype)
@@ -357,7 +359,7 @@ def _float_dtype(images: Tensor) -> torch.dtype:
 # tables of all pointwise ops of a step into one lookup.
 
 
-@functools.lru_cache(maxsize=8)
+@constant_cache(8)
 def _ramp(device: torch.device) -> Tensor:
     """The 256 levels as float32 ``(1, 1, 1, 256)``: the input of every table."""
     return torch.arange(256, dtype=torch.float32, device=device).view(1, 1, 1, 256)
@@ -621,6 +623,12 @@ def _auto_contrast_8bit(levels: Tensor, lo: Tensor, hi: Tensor) -> Tensor:
 
 def _channel_range(images: Tensor) -> tuple[Tensor, Tensor]:
     # (amin and amax: torch.aminmax over these dimensions measured 20x slower on CPU batches)
+    if images.dtype == torch.uint8 and torch.compiler.is_compiling():
+        # Inductor's vectorised CPU minimum of 8-bit integers lets zeroed padding lanes into the result
+        # (pytorch issue 191499: 1 for a channel whose minimum is 5, torch 2.14.1); the cast is fused into
+        # the load. (Zeros cannot raise an unsigned maximum.)
+        lo, hi = images.to(torch.int16).amin(dim=(2, 3), keepdim=True), images.amax(dim=(2, 3), keepdim=True)
+        return lo.to(torch.uint8), hi
     return images.amin(dim=(2, 3), keepdim=True), images.amax(dim=(2, 3), keepdim=True)
 
 
@@ -641,12 +649,12 @@ def auto_contrast(images: Tensor, magnitude: Tensor | None, ctx: KernelContext) 
     return torch.where(flat, images, (images * scale - lo * scale).clamp(0.0, 255.0))
 
 
-@functools.lru_cache(maxsize=8)
+@constant_cache(8)
 def _float64_255(device: torch.device) -> Tensor:
     return torch.tensor(255.0, dtype=torch.float64, device=device)
 
 
-@functools.lru_cache(maxsize=16)
+@constant_cache(16)
 def _equalize_constants(device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     """One, to count pixels with, and the identity table, in ``dtype``, for :func:`histogram` and
     :func:`equalize_lut`."""
@@ -717,7 +725,7 @@ def equalize(images: Tensor, magnitude: Tensor | None, ctx: KernelContext) -> Te
     return out
 
 
-@functools.lru_cache(maxsize=16)
+@constant_cache(16)
 def _patch_constants(height: int, width: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
     """``(H, W)`` as float32 and as int64 last indices, and ``arange(max(H, W))``, for :func:`cutout`."""
     size = torch.tensor([height, width], dtype=torch.float32, device=device)
@@ -756,7 +764,7 @@ def _paint_patch(images: Tensor, fraction: Tensor, centre: Tensor, ctx: KernelCo
     return out
 
 
-@functools.lru_cache(maxsize=8)
+@constant_cache(8)
 def _zero(device: torch.device, dtype: torch.dtype) -> Tensor:
     return torch.zeros((), dtype=dtype, device=device)
 
@@ -771,18 +779,25 @@ def cutout_patch(
     return _paint_patch(images, fraction, torch.stack([centre_y, centre_x], dim=1), ctx)
 
 
-def cutout(images: Tensor, fraction: Tensor, ctx: KernelContext) -> Tensor:
-    """Cutout with centres drawn uniformly over the pixels from ``ctx.generator`` (one per video: the
-    frames of one share it, see ``KernelContext.frames``).
+def cutout_centres(b: int, h: int, w: int, device: torch.device, ctx: KernelContext) -> Tensor:
+    """Cutout's centres for ``b`` images of ``h x w`` pixels, ``(B, 2)`` int64 (row, column), drawn uniformly
+    over the pixels from ``ctx.generator``, one per video (its frames share it, see ``KernelContext.frames``)."""
+    size, last, _ = _patch_constants(h, w, device)
+    u = torch.rand(b // ctx.frames, 2, generator=ctx.generator, device=device)
+    centre = (u * size).long().clamp_(max=last)
+    if ctx.frames > 1:
+        centre = centre.repeat_interleave(ctx.frames, dim=0)
+    return centre
+
+
+def cutout(images: Tensor, fraction: Tensor, ctx: KernelContext, centre: Tensor | None = None) -> Tensor:
+    """Cutout at ``centre`` ``(B, 2)`` (row, column), by default drawn by :func:`cutout_centres`.
 
     Gradients (float levels): the images get the exact one (0 inside the patch); the magnitude, which sets
     a whole number of pixels, a straight-through estimate: the gradient of a patch whose sides move
     continuously with it, edge pixels weighted by the fraction covered.
     """
-    b, _, h, w = images.shape
-    size, last, _ = _patch_constants(h, w, images.device)
-    u = torch.rand(b // ctx.frames, 2, generator=ctx.generator, device=images.device)
-    centre = (u * size).long().clamp_(max=last)
-    if ctx.frames > 1:
-        centre = centre.repeat_interleave(ctx.frames, dim=0)
+    if centre is None:
+        b, _, h, w = images.shape
+        centre = cutout_centres(b, h, w, images.device, ctx)
     return _paint_patch(images, fraction, centre, ctx)

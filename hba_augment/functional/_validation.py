@@ -6,7 +6,6 @@ The conversions between the caller's images and the kernels' levels, and the ker
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 
@@ -14,6 +13,7 @@ import torch
 from torch import Tensor
 from torchvision.transforms import InterpolationMode
 
+from ._cache import constant_cache
 from ._table import OpSpec
 
 __all__ = [
@@ -183,7 +183,7 @@ def kernel_arguments(
     return fill_levels(fill, channels, uint8, device, dtype), interpolation_mode(interpolation)
 
 
-@functools.lru_cache(maxsize=32)
+@constant_cache(32)
 def _fill_tensor(values: tuple[float, ...], scale: float, device: torch.device, dtype: torch.dtype) -> Tensor:
     """The fill as levels ``(1, C, 1, 1)`` on ``device``, kept per value (the kernels only read it): a copy
     from the host on every call would synchronise a GPU."""

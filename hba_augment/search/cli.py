@@ -245,7 +245,8 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     g.add_argument("--amp", action="store_true", default=None,
                    help="bfloat16 autocast for the network (GPUs; default: off)")
     g.add_argument("--compile", action="store_true", default=None,
-                   help="run the training steps through torch.compile (GPUs; default: off)")
+                   help="run the training steps and, on GPUs, the augmentation's pixel work through torch.compile "
+                   "(default: off)")
     g.add_argument("--cuda-graphs", action="store_true", default=None,
                    help="on CUDA, replay each full training batch's augmentation call (a population member's "
                    "whole step) from a captured CUDA graph (GPUs, where it is launch bound; default: off)")

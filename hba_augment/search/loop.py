@@ -196,8 +196,9 @@ class SearchConfig:
         amp: bfloat16 autocast for the network's forward passes (for GPUs; the losses, the policy and
             ``lambda`` stay float32).
         compile: run the training steps through ``torch.compile`` (for GPUs, where a step is bound by
-            kernel launches; the hyperparameter steps and the teacher use the plain network). Changes
-            speed and rounding, not the search.
+            kernel launches; the hyperparameter steps and the teacher use the plain network), and on
+            accelerators the augmentation's pixel work too (``functional.augment``'s ``compile``, same
+            pixels). Changes speed and rounding, not the search.
         cuda_graphs: on CUDA, replay work of every full training batch from a captured CUDA graph: the
             hypernetwork and teacher objectives' augmentation call
             (:class:`~hba_augment._graphs.CapturedCall`), a population member's whole step
@@ -537,7 +538,8 @@ class _Search(_runner.WorkerBase):
             cfg, applied = self.config, self._needs_applied()
             # The policies are valid by construction; on a GPU, checking them would wait for the device every
             # step (a NaN lambda is caught at the end of the epoch instead, as a non-finite loss or lambda).
-            options = {"generator": self.g_aug, "check_policy": self.device.type == "cpu", "return_applied": applied}
+            options = {"generator": self.g_aug, "check_policy": self.device.type == "cpu", "return_applied": applied,
+                       "compile": cfg.compile}
 
             def call(x: Tensor, prob: Tensor, mag: Tensor) -> Tensor | tuple[Tensor, Tensor]:
                 return functional.augment(x, prob, mag, cfg.count_probs, **options)

@@ -86,7 +86,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's choice)")
     g.add_argument("--amp", action="store_true", default=None, help="bfloat16 autocast (GPUs; default: off)")
     g.add_argument("--compile", action="store_true", default=None,
-                   help="train through torch.compile (GPUs, where steps are launch bound; default: off)")
+                   help="train through torch.compile, and on GPUs an hba: policy's pixel work too (GPUs, where steps are "
+                   "launch bound; default: off)")
     g.add_argument("--cuda-graphs", action="store_true", default=None,
                    help="replay each training step from one captured CUDA graph (GPUs, where steps are launch "
                    "bound; one process, not with --compile; default: off)")

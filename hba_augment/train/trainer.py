@@ -180,11 +180,11 @@ def _check_model_name(name: str) -> None:
         create_model(name, 2)
 
 
-def _load_hba(schedule: str, total_epochs: int) -> Any:
+def _load_hba(schedule: str, total_epochs: int, compile: bool = False) -> Any:
     from hba_augment.policy import HBAPolicy
 
     try:
-        return HBAPolicy(policy=schedule, total_epochs=total_epochs)
+        return HBAPolicy(policy=schedule, total_epochs=total_epochs, compile=compile)
     except OSError as e:
         raise ValueError(f"cannot read HBA schedule {schedule!r}: {e}") from None
 
@@ -245,7 +245,8 @@ class TrainConfig:
         channels_last: run the model in channels-last memory format (faster convolutions).
         amp: bfloat16 autocast for the forward pass.
         compile: train through ``torch.compile(model)`` (for GPUs, where a step is bound by kernel launches;
-            testing uses the plain model). Changes speed and rounding, not the training.
+            testing uses the plain model), and on accelerators an ``hba:`` policy's pixel work too
+            (``HBAPolicy(compile=True)``, same pixels). Changes speed and rounding, not the training.
         cuda_graphs: on CUDA, replay each full training batch's whole step (the batched policy, the baseline
             augmentation, forward, backward and a fused SGD step) from one captured CUDA graph
             (:class:`~hba_augment._runner.CapturedStep`); elsewhere the same step runs eagerly. One process,
@@ -564,7 +565,7 @@ class _Trainer(_runner.WorkerBase):
         torch.manual_seed(_distributed.rank_seed(cfg.seed * 4 + 2, rank))  # dropout, Shake-Shake, ShakeDrop
         self.g_data = torch.Generator().manual_seed(cfg.seed * 4 + 1)
         self.g_aug = torch.Generator(device=self.device).manual_seed(_distributed.rank_seed(cfg.seed * 4 + 3, rank))
-        self.hba = _load_hba(self.policy_arg, cfg.epochs) if self.kind == "hba" else None
+        self.hba = _load_hba(self.policy_arg, cfg.epochs, cfg.compile) if self.kind == "hba" else None
 
     def _build_loader(self) -> None:
         cfg, dev = self.config, self.device
