@@ -802,3 +802,19 @@ def test_compile_gives_the_eager_pixels_across_epochs(monkeypatch):
         eager.set_epoch(epoch)
         compiled.set_epoch(epoch)
         torch.testing.assert_close(compiled(x, generator=g_compiled), eager(x, generator=g_eager), rtol=0, atol=0)
+
+
+def test_torch_compile_of_the_transform_gives_its_pixels():
+    """``torch.compile(policy)``, as users compile kornia's modules: on the CPU the grouped path, whose shapes
+    depend on the draws, runs eagerly inside it (dynamo failed on it before), so the transform gives its
+    eager pixels for the same seed, batches and single images. (The accelerators' path traces:
+    ``test_augment_sync_free.py``.)"""
+    policy = HBAPolicy(rich_schedule(epochs=4))
+    policy.set_epoch(2)
+    torch._dynamo.reset()
+    compiled = torch.compile(policy, backend="aot_eager")
+    for x in (images(8, size=12), images(1, size=12)[0]):
+        torch.manual_seed(6)
+        out = compiled(x)
+        torch.manual_seed(6)
+        torch.testing.assert_close(out, policy(x), rtol=0, atol=0)

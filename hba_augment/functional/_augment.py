@@ -454,6 +454,10 @@ def _draw_batch(
     return code, magnitude
 
 
+# The CPU's paths read values on the host (group sizes, a single image's draws): under torch.compile
+# (a user compiling HBAPolicy, say) they run eagerly, a graph break, instead of failing to trace a shape
+# that depends on the data.
+@torch.compiler.disable
 def _augment_batch(
     batch: Tensor,
     policy: _Policy,
@@ -582,6 +586,7 @@ def _layout(batch: Tensor) -> torch.memory_format:
     return torch.contiguous_format
 
 
+@torch.compiler.disable
 def _augment_one(
     images: Tensor,
     batch: Tensor,
