@@ -79,6 +79,11 @@ def main(argv: list[str] | None = None) -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     repeats = [int(r) for r in args.repeats.split(",")]
     repeats = repeats * len(sizes) if len(repeats) == 1 else repeats
+    if len(repeats) != len(sizes):
+        # (the default, two numbers, goes with the default sizes; one size alone takes the first)
+        if args.repeats != parser.get_default("repeats"):
+            parser.error(f"--repeats needs one number or one per size ({len(sizes)}), got {args.repeats!r}")
+        repeats = repeats[: len(sizes)] + repeats[-1:] * (len(sizes) - len(repeats))
     with tempfile.TemporaryDirectory() as tmp:
         base = import_base(args.base, Path(tmp))
         transforms = {"base": policy(base), "now": policy(hba_augment)}
