@@ -120,6 +120,14 @@ def _check_fill_value(fill: Any, what: str) -> None:
     )
 
 
+def _captures_graphs(options: dict[str, Any]) -> bool:
+    """Whether ``torch.compile(**options)`` makes inductor capture CUDA graphs of its own."""
+    from torch._inductor import list_mode_options  # (inductor is heavy: imported only for this check)
+
+    inductor = {**list_mode_options(options.get("mode") or "default"), **(options.get("options") or {})}
+    return bool(inductor.get("triton.cudagraphs"))
+
+
 def _schedule_digest(schedule: Schedule) -> str:
     """A content hash of what the policy draws from: every entry's prob and mag (NaN, where an op has no
     magnitude, as -1) and count_probs. The name is stored beside it, for the message."""
@@ -212,13 +220,16 @@ class HBAPolicy(torch.nn.Module):
         compile (bool or dict): on accelerators, turn each tensor batch's draws into pixels through
             ``torch.compile`` (``functional.augment``'s ``compile``: the draws stay eager, from the call's
             generator, so the pixels are the eager call's); a dict gives ``torch.compile``'s keyword
-            arguments, e.g. ``{"mode": "max-autotune"}``. The first batch of each shape and dtype compiles
-            (tens of seconds). No effect on CPU tensors and PIL images. Default: ``False``.
+            arguments, e.g. ``{"mode": "max-autotune-no-cudagraphs"}``. The first batch of each shape and
+            dtype compiles (tens of seconds). With ``cuda_graphs``, the graph replays the compiled kernels.
+            No effect on CPU tensors and PIL images. Default: ``False``.
 
     Raises:
         ValueError: for an unknown policy name, an invalid schedule file, ``total_epochs`` < 1, an
             interpolation other than NEAREST or BILINEAR, or a bad ``fill``.
         TypeError: ``cuda_graphs`` not a bool, or ``compile`` neither a bool nor a dict.
+        ValueError: ``cuda_graphs`` with ``compile`` options under which inductor captures CUDA graphs itself
+            (the modes ``"reduce-overhead"`` and ``"max-autotune"``).
     """
 
     def __prepare_scriptable__(self) -> HBAPolicy:
@@ -239,6 +250,9 @@ class HBAPolicy(torch.nn.Module):
             raise TypeError(f"cuda_graphs must be a bool, got {type(cuda_graphs).__name__}")
         if not isinstance(compile, (bool, dict)):
             raise TypeError(f"compile must be a bool or a dict of torch.compile's arguments, got {compile!r}")
+        if cuda_graphs and isinstance(compile, dict) and _captures_graphs(compile):
+            # (a graph captured by inductor cannot be captured inside the transform's own)
+            raise ValueError(f"cuda_graphs=True and compile={compile!r} both capture CUDA graphs: choose one")
         self.cuda_graphs = cuda_graphs
         self.compile = compile
         # Per batch shape, dtype, device, generator and fill: the captured call (cuda_graphs).

@@ -786,6 +786,11 @@ def test_compile_is_a_checked_option_shown_in_the_repr():
     assert repr(policy).endswith("fill=None, compile={'mode': 'max-autotune'})")
     assert pickle.loads(pickle.dumps(policy)).compile == {"mode": "max-autotune"}
     assert repr(HBAPolicy(IDENTITY, cuda_graphs=True, compile=True)).endswith("cuda_graphs=True, compile=True)")
+    # Inductor's own CUDA graphs cannot be captured inside the transform's.
+    for options in ({"mode": "reduce-overhead"}, {"mode": "max-autotune"}, {"options": {"triton.cudagraphs": True}}):
+        with pytest.raises(ValueError, match="both capture CUDA graphs: choose one"):
+            HBAPolicy(IDENTITY, cuda_graphs=True, compile=options)
+    HBAPolicy(IDENTITY, cuda_graphs=True, compile={"mode": "max-autotune-no-cudagraphs"})
 
 
 @pytest.mark.filterwarnings("error:Dynamo detected a call to a `functools.lru_cache`")
