@@ -333,10 +333,8 @@ def test_unchecked_fresh_per_image_policies_never_read_the_device(cifar_images, 
 
 # Dynamo warns for every lru_cache it traces through: the kernels' constants are cached so that it sees none.
 @pytest.mark.filterwarnings("error:Dynamo detected a call to a `functools.lru_cache`")
-@pytest.mark.parametrize(("dtype", "kwargs"), [
-    (torch.uint8, {}),
-    (torch.float32, {"interpolation": InterpolationMode.BILINEAR, "fill": 0.25, "count_probs": (0.1, 0.2, 0.3, 0.4)}),
-])
+# (float32, BILINEAR and per-image policies are traced by the compile=True tests below)
+@pytest.mark.parametrize(("dtype", "kwargs"), [(torch.uint8, {"fill": 0.25, "count_probs": (0.1, 0.2, 0.3, 0.4)})])
 def test_torch_compile_traces_the_batched_call_as_one_graph(dtype, kwargs, cifar_images, monkeypatch):
     """Issue 21, section 1: ``torch.compile(..., fullgraph=True)`` of the accelerators' call, unchecked policy,
     torch's default generator (dynamo takes no ``torch.Generator`` argument). fullgraph refuses any graph
@@ -392,6 +390,27 @@ def test_compile_gives_the_eager_pixels_from_any_generator(dtype, kwargs, per_im
                                               mag[:n] if per_image else mag, seed, compile=compile_, **kwargs)
         assert torch.equal(compiled, eager), f"seed {seed}, {n} images"
         assert not torch.equal(compiled, images[:n])
+
+
+def test_compile_passes_the_eager_gradients(cifar_images, monkeypatch):
+    """Issue 21, section 3, compiled: gradients reach the images and the magnitudes through the compiled
+    pixel work (AOT autograd traces the backward too), equal to the eager ones. float64, ``aot_eager``."""
+    monkeypatch.setattr(augment_module, "_FORCE_SYNC_FREE", True)
+    prob, mag = (t.double() for t in _policy(0.5, 0.5, 2))
+    grads = []
+    for compile_ in (False, {"backend": "aot_eager"}):
+        x = (cifar_images[:6, :, :10, :10].double() / 255).requires_grad_(True)
+        m = mag.clone().requires_grad_(True)
+        # One op per image: one step to trace forward and backward (each step adds some 15 s of tracing).
+        y = augment(x, prob, m, (0.0, 1.0), generator=torch.Generator().manual_seed(3), check_policy=False,
+                    compile=compile_)
+        (y * torch.linspace(0, 1, y.numel(), dtype=y.dtype).view_as(y)).sum().backward()
+        grads.append((y.detach(), x.grad, torch.nan_to_num(m.grad)))
+    (y_eager, x_eager, m_eager), (y_compiled, x_compiled, m_compiled) = grads
+    assert torch.equal(y_compiled, y_eager)
+    torch.testing.assert_close(x_compiled, x_eager, rtol=0, atol=0)
+    torch.testing.assert_close(m_compiled, m_eager, rtol=0, atol=0)
+    assert m_eager.abs().sum() > 0 and x_eager.abs().sum() > 0
 
 
 @pytest.mark.slow
