@@ -254,7 +254,8 @@ class HBAPolicy(torch.nn.Module):
             # (a graph captured by inductor cannot be captured inside the transform's own)
             raise ValueError(f"cuda_graphs=True and compile={compile!r} both capture CUDA graphs: choose one")
         self.cuda_graphs = cuda_graphs
-        self.compile = compile
+        # (not ``self.compile``: that is nn.Module's own method, which compiles the module in place)
+        self.compile_options = compile
         # Per batch shape, dtype, device, generator and fill: the captured call (cuda_graphs).
         self._graphs: dict[tuple, CapturedCall] = {}
         # One check for the whole package (raises ValueError for anything but NEAREST / BILINEAR).
@@ -443,7 +444,7 @@ class HBAPolicy(torch.nn.Module):
             generator=generator,
             frames=frames,
             return_matrices=return_matrices,
-            compile=self.compile,
+            compile=self.compile_options,
         )
 
     def _captured(self, batch: Tensor, generator: torch.Generator | None, fill: Fill) -> CapturedCall:
@@ -452,7 +453,7 @@ class HBAPolicy(torch.nn.Module):
         epoch's ``prob`` and ``mag`` are its inputs, so a new epoch replays the same graph with the new policy;
         the schedule's values were checked when it was built, so the call checks nothing (a check reads the
         device)."""
-        count_probs, interpolation, compile_ = self.schedule.count_probs, self.interpolation, self.compile
+        count_probs, interpolation, compile_ = self.schedule.count_probs, self.interpolation, self.compile_options
         # (everything the captured call fixes; a generator in the key is kept alive by its call, so its id
         # cannot come back for another one)
         key = (batch.shape, batch.dtype, batch.device, None if generator is None else id(generator), repr(fill),
@@ -507,12 +508,12 @@ class HBAPolicy(torch.nn.Module):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # Pickles of a policy from before cuda_graphs or compile: eager, as it was.
-        super().__setstate__({"cuda_graphs": False, "_graphs": {}, "compile": False, **state})
+        super().__setstate__({"cuda_graphs": False, "_graphs": {}, "compile_options": False, **state})
 
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(policy={self.schedule.name}, epoch={self.epoch}, "
             f"total_epochs={self.total_epochs}, interpolation={self.interpolation}, fill={self.fill}"
             + (", cuda_graphs=True" if self.cuda_graphs else "")
-            + (f", compile={self.compile!r})" if self.compile is not False else ")")
+            + (f", compile={self.compile_options!r})" if self.compile_options is not False else ")")
         )
