@@ -226,10 +226,10 @@ class HBAPolicy(torch.nn.Module):
 
     Raises:
         ValueError: for an unknown policy name, an invalid schedule file, ``total_epochs`` < 1, an
-            interpolation other than NEAREST or BILINEAR, or a bad ``fill``.
+            interpolation other than NEAREST or BILINEAR, a bad ``fill``, or ``cuda_graphs`` with ``compile``
+            options under which inductor captures CUDA graphs itself (modes ``"reduce-overhead"``,
+            ``"max-autotune"``).
         TypeError: ``cuda_graphs`` not a bool, or ``compile`` neither a bool nor a dict.
-        ValueError: ``cuda_graphs`` with ``compile`` options under which inductor captures CUDA graphs itself
-            (the modes ``"reduce-overhead"`` and ``"max-autotune"``).
     """
 
     def __prepare_scriptable__(self) -> HBAPolicy:
