@@ -794,20 +794,29 @@ def test_compile_is_a_checked_option_shown_in_the_repr():
     HBAPolicy(IDENTITY, cuda_graphs=True, compile={"mode": "max-autotune-no-cudagraphs"})
 
 
-@pytest.mark.filterwarnings("error:Dynamo detected a call to a `functools.lru_cache`")
-def test_compile_gives_the_eager_pixels_across_epochs(monkeypatch):
+def test_compile_reaches_the_batched_call_across_epochs(monkeypatch):
     """On the accelerators' path (forced here on the CPU) the transform's batches go through
-    ``functional.augment``'s ``compile``: with its own generator, epoch after epoch (the policy is an input,
-    not a constant of the trace), the eager transform's pixels. ``aot_eager``: no code generation."""
+    ``functional.augment``'s ``compile`` with the transform's options, epoch after epoch, and give the eager
+    transform's pixels from the same generator. ``torch.compile`` is replaced by a recorder that returns the
+    function itself: what the compiled pixel work gives is tested in ``test_augment_sync_free.py``."""
     monkeypatch.setattr(augment_module, "_FORCE_SYNC_FREE", True)
+    monkeypatch.setattr(augment_module, "_COMPILED", {})
+    compiled_with = []
+
+    def recorder(function, **options):
+        compiled_with.append(options)
+        return function
+
+    monkeypatch.setattr(torch, "compile", recorder)
     x = images(16, size=12)
     eager = HBAPolicy(rich_schedule(epochs=4), fill=7)
-    compiled = HBAPolicy(rich_schedule(epochs=4), fill=7, compile={"backend": "aot_eager"})
+    compiled = HBAPolicy(rich_schedule(epochs=4), fill=7, compile={"dynamic": False})
     g_eager, g_compiled = (torch.Generator().manual_seed(3) for _ in range(2))
     for epoch in (0, 2, 3):
         eager.set_epoch(epoch)
         compiled.set_epoch(epoch)
         torch.testing.assert_close(compiled(x, generator=g_compiled), eager(x, generator=g_eager), rtol=0, atol=0)
+    assert compiled_with == [{"fullgraph": True, "dynamic": False}]  # compiled once, with the options given
 
 
 def test_torch_compile_of_the_transform_gives_its_pixels():
