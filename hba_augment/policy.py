@@ -219,7 +219,7 @@ class HBAPolicy(torch.nn.Module):
             samples with targets and tensor fills run eagerly. Default: ``False``.
         compile (bool or dict): on accelerators, turn each tensor batch's draws into pixels through
             ``torch.compile`` (``functional.augment``'s ``compile``: the draws stay eager, from the call's
-            generator, so the pixels are the eager call's); a dict gives ``torch.compile``'s keyword
+            generator, so uint8 pixels are the eager call's, float ones up to rounding); a dict gives ``torch.compile``'s keyword
             arguments, e.g. ``{"mode": "max-autotune-no-cudagraphs"}``. The first batch of each shape and
             dtype compiles (tens of seconds). With ``cuda_graphs``, the graph replays the compiled kernels.
             No effect on CPU tensors and PIL images. Default: ``False``.

@@ -442,8 +442,9 @@ def test_compile_is_a_bool_or_torch_compiles_arguments(cifar_images):
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
 def test_cuda_compiled_pixels_equal_eager(dtype, cifar_images):
-    """On a GPU, inductor's Triton code against the eager kernels, same generator state: the values that
-    differ are counted (rounding inside fused kernels may move a level; none did on the CPU)."""
+    """On a GPU, inductor's Triton code against the eager kernels, same generator state: uint8 pixels equal
+    (as on the CPU); float32 ones up to rounding, which a discontinuous op can turn into a level at its
+    boundary for a few pixels (docs/contract.md, section 2; on the CPU 6e-5 of the values at most)."""
     device = torch.device("cuda")
     images = cifar_images.to(device)
     images = images if dtype == torch.uint8 else images.float() / 255
@@ -452,4 +453,8 @@ def test_cuda_compiled_pixels_equal_eager(dtype, cifar_images):
         g_compiled, g_eager = (torch.Generator(device=device).manual_seed(seed) for _ in range(2))
         compiled = augment(images, prob, mag, generator=g_compiled, compile=True)
         eager = augment(images, prob, mag, generator=g_eager)
-        assert torch.equal(compiled, eager), f"seed {seed}: {int((compiled != eager).sum())} values differ"
+        if dtype == torch.uint8:
+            assert torch.equal(compiled, eager), f"seed {seed}: {int((compiled != eager).sum())} values differ"
+        else:
+            apart = float(((compiled - eager).abs() > 1e-4).float().mean())
+            assert apart < 1e-3, f"seed {seed}: {apart:.2e} of the values more than 1e-4 apart"

@@ -345,10 +345,10 @@ def augment(
             device; values outside the ranges then give undefined results.
         compile: on the accelerators' path, turn the draws into pixels through ``torch.compile`` (inductor
             fuses the call's few hundred elementwise passes), with these keyword arguments if a mapping
-            (``fullgraph=True`` unless given). The draws stay eager, from ``generator``, so the images get
-            the eager call's pixels (on the CPU, checked with the path forced there; on GPUs see
-            ``benchmarks/cuda_throughput.py``). The first call of each shape and dtype compiles (tens of
-            seconds). No effect on the CPU's grouped path, where the compiled call measured 9.5x slower
+            (``fullgraph=True`` unless given). The draws stay eager, from ``generator``, so uint8 images
+            get the eager call's pixels, and float images the same up to float rounding, which a
+            discontinuous op can turn into a level or more at its boundary (docs/contract.md, section 2).
+            The first call of each shape and dtype compiles (tens of seconds). No effect on the CPU's grouped path, where the compiled call measured 9.5x slower
             (docs/contract.md, section 2).
 
     Returns:
@@ -517,7 +517,7 @@ def _augment_batch_static(
 
     Everything random is drawn first (the template, then each step's Cutout centres, in the order the steps
     would draw them), so the pixel work is a pure function of the draws: ``torch.compile`` can take it
-    whatever the generator (dynamo takes no ``torch.Generator``), and gives the eager call's pixels.
+    whatever the generator (dynamo takes no ``torch.Generator``), with the eager call's draws.
     """
     b, _, h, w = batch.shape
     code, magnitude = _draw_batch(policy, edges, b, ctx, geometry, applied)
