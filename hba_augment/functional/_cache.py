@@ -26,11 +26,11 @@ def constant_cache(maxsize: int) -> Callable[[_F], _F]:
         cached = functools.lru_cache(maxsize=maxsize)(function)
 
         @functools.wraps(function)
-        def call(*args):
+        def call(*args, **kwargs):
             # (is_dynamo_compiling: a third of is_compiling's cost, on a path taken for every single image)
             if torch.compiler.is_dynamo_compiling():
-                return function(*args)
-            return cached(*args)
+                return function(*args, **kwargs)
+            return cached(*args, **kwargs)
 
         call.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
         return call  # type: ignore[return-value]
