@@ -458,3 +458,23 @@ def test_cuda_compiled_pixels_equal_eager(dtype, cifar_images):
         else:
             apart = float(((compiled - eager).abs() > 1e-4).float().mean())
             assert apart < 1e-3, f"seed {seed}: {apart:.2e} of the values more than 1e-4 apart"
+
+
+@pytest.mark.filterwarnings("error:Dynamo detected a call to a `functools.lru_cache`")
+def test_constant_cache_keeps_its_tensors_and_steps_aside_while_compiling():
+    """The kernels' constants: made once per key when eager (the same tensor back), made by the function
+    itself while dynamo traces (no cache for dynamo to warn about)."""
+    from hba_augment.functional._cache import constant_cache
+
+    made = []
+
+    @constant_cache(2)
+    def ramp(n: int, scale: float = 1.0) -> torch.Tensor:
+        made.append(n)
+        return torch.arange(n) * scale
+
+    assert ramp(3) is ramp(3) and made == [3]
+    assert ramp(3, scale=2.0) is ramp(3, scale=2.0) and made == [3, 3]
+    torch._dynamo.reset()
+    out = torch.compile(lambda x: x + ramp(3), fullgraph=True, backend="eager")(torch.ones(3))
+    assert torch.equal(out, torch.tensor([1.0, 2.0, 3.0])) and made == [3, 3, 3]
