@@ -144,14 +144,21 @@ def run(grid: list[tuple[int, list[int]]], repeats: int, data_dir: Path,
             }
             if kornia_aa is not None:
                 cases[("float32", "kornia")] = lambda x=floats: kornia_aa(x)
-            differing = {}
+            differing, failed = {}, {}
             if compile:
                 for dtype, x in (("uint8", uint8), ("float32", floats)):
-                    cases[(dtype, "compiled")], differing[dtype] = _compiled(compiled_policy, policy, x)
-                    cases[(dtype, "compiled-graphs")], _ = _compiled(compiled_graphs_policy, policy, x)
+                    try:
+                        cases[(dtype, "compiled")], differing[dtype] = _compiled(compiled_policy, policy, x)
+                        cases[(dtype, "compiled-graphs")], _ = _compiled(compiled_graphs_policy, policy, x)
+                    except Exception as e:  # (one row's failure, inductor's say, must not cost the others)
+                        failed[(dtype, "compiled")] = e
             for (dtype, mode), fn in cases.items():
-                # (the transform's graph is captured on its fourth call of a shape: warm up past it)
-                t = _time(fn, repeats, warmup=6 if mode.endswith("graphs") else 3)
+                try:
+                    # (the transform's graph is captured on its fourth call of a shape: warm up past it)
+                    t = _time(fn, repeats, warmup=6 if mode.endswith("graphs") else 3)
+                except Exception as e:  # (kornia's grid_sample raised a cuDNN error on torch 2.11, 2026-11-28)
+                    failed[(dtype, mode)] = e
+                    continue
                 rows.append({"size": size, "batch": b, "dtype": dtype, "mode": mode, **t,
                              "images_per_s": b / (t["wall_ms"] / 1e3)})
                 if mode in ("eager", "graph", "policy-graphs"):
@@ -162,6 +169,10 @@ def run(grid: list[tuple[int, list[int]]], repeats: int, data_dir: Path,
                 print(f"{size}x{size} B={b:>6} {dtype:>7} {mode:>6}: {t['wall_ms']:8.2f} ms "
                       f"(cpu {t['cpu_ms']:6.2f} ms) {rows[-1]['images_per_s']:>12,.0f} img/s"
                       + (f", {differing[dtype]} values differ from eager" if mode == "compiled" else ""), flush=True)
+            for (dtype, mode), e in failed.items():
+                error = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}"
+                rows.append({"size": size, "batch": b, "dtype": dtype, "mode": mode, "error": error})
+                print(f"{size}x{size} B={b:>6} {dtype:>7} {mode:>6}: failed, {error}", flush=True)
             del uint8, floats, cases
             torch.cuda.empty_cache()
     return rows
@@ -174,6 +185,10 @@ def _markdown(meta: dict[str, object], rows: list[dict[str, object]]) -> str:
              "| size | B | dtype | mode | ms per call | host CPU ms | images/s | model KB per image | model GB/s "
              "| values differing from eager |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['size']} | {r['batch']:,} | {r['dtype']} | {r['mode']} | failed: "
+                         f"{r['error'].replace('|', '/')} | | | | | |")
+            continue
         model = (f"{r['model_bytes_per_image'] / 1e3:,.0f} | {r['model_gb_per_s']:,.0f}" if "model_gb_per_s" in r
                  else " | ")
         lines.append(f"| {r['size']} | {r['batch']:,} | {r['dtype']} | {r['mode']} | {r['wall_ms']:.2f} | "

@@ -478,3 +478,22 @@ def test_constant_cache_keeps_its_tensors_and_steps_aside_while_compiling():
     torch._dynamo.reset()
     out = torch.compile(lambda x: x + ramp(3), fullgraph=True, backend="eager")(torch.ones(3))
     assert torch.equal(out, torch.tensor([1.0, 2.0, 3.0])) and made == [3, 3, 3]
+
+
+def test_the_compiled_pixel_work_views_no_bool_tensor_as_bytes(cifar_images, monkeypatch):
+    """Inductor on an H100 (torch 2.11, 2026-11-28) failed to compile the uint8 pixel work: it cannot lower a
+    bool tensor viewed as uint8 ("torch.bool is not supported by torch.iinfo"), which the CPU's inductor
+    accepts. So the traced graph must hold no such view: a backend that only reads dynamo's graph checks it."""
+    monkeypatch.setattr(augment_module, "_FORCE_SYNC_FREE", True)
+    views = []
+
+    def backend(gm, example_inputs):
+        for node in gm.graph.nodes:
+            if node.op == "call_method" and node.target == "view" and any(isinstance(a, torch.dtype) for a in node.args[1:]):
+                views.append(node.args[0].meta["example_value"].dtype)
+        return gm.forward
+
+    prob, mag = _policy(0.5, 0.5, 1)
+    torch._dynamo.reset()
+    augment(cifar_images[:8], prob, mag, generator=torch.Generator().manual_seed(0), compile={"backend": backend})
+    assert torch.bool not in views, views

@@ -92,6 +92,13 @@ class KernelContext(NamedTuple):
     frames: int = 1
 
 
+def _bytes(mask: Tensor) -> Tensor:
+    """A bool tensor as 0/1 uint8: a free view of its bytes when eager; a cast while compiling, which inductor
+    fuses (its Triton lowering of the bool-to-uint8 view fails: "torch.bool is not supported by torch.iinfo",
+    torch 2.11 on an H100, 2026-11-28)."""
+    return mask.to(torch.uint8) if torch.compiler.is_compiling() else mask.view(torch.uint8)
+
+
 def _needs_grad(*tensors: Tensor | None) -> bool:
     """Whether autograd records an op on any of ``tensors``: only then do the kernels build the
     straight-through terms below, so that uint8 images and float images without gradients run exactly
@@ -443,7 +450,7 @@ def solarize(images: Tensor, strength: Tensor, ctx: KernelContext) -> Tensor:
         # threshold would promote every pixel; with where() one 224x224 image took 2.2x as long). ceil(t) - 1
         # lies in 0..255 for every strength, where t = 256 (strength 0) itself would not fit in uint8.
         flip = images > _per_image((torch.ceil(_threshold(strength)) - 1.0).to(torch.uint8))
-        return images ^ flip.view(torch.uint8).mul_(255)
+        return images ^ _bytes(flip).mul_(255)
     return _solarize(images, strength, ctx.quantize)
 
 
@@ -744,8 +751,8 @@ def _paint_patch(images: Tensor, fraction: Tensor, centre: Tensor, ctx: KernelCo
     if images.dtype == torch.uint8:
         # Products with 0/1 bytes, exact and (unlike where()) fast on CPUs: image outside, fill inside.
         patch = (inside[:, 0, :h, None] & inside[:, 1, None, :w]).unsqueeze(1)
-        out = images * (~patch).view(torch.uint8)
-        return out if ctx.fill is None else out.add_(patch.view(torch.uint8) * fill)
+        out = images * _bytes(~patch)
+        return out if ctx.fill is None else out.add_(_bytes(patch) * fill)
     # The patch as a 0/1 float weight (boolean masks and where() are several times slower on float CPU
     # images); lerp returns the image exactly at weight 0 and the fill exactly at weight 1.
     weight = inside.to(images.dtype)
