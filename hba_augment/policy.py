@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ from .functional import (
     augment,
     augment_pil,
     check_channels,
+    check_compile,
     check_pil_mode,
     draw_one,
     interpolation_mode,
@@ -120,7 +122,7 @@ def _check_fill_value(fill: Any, what: str) -> None:
     )
 
 
-def _captures_graphs(options: dict[str, Any]) -> bool:
+def _captures_graphs(options: Mapping[str, Any]) -> bool:
     """Whether ``torch.compile(**options)`` makes inductor capture CUDA graphs of its own."""
     from torch._inductor import list_mode_options  # (inductor is heavy: imported only for this check)
 
@@ -215,21 +217,22 @@ class HBAPolicy(torch.nn.Module):
         cuda_graphs (bool): on CUDA, replay the batched call for each new batch shape from a CUDA graph
             (:class:`~hba_augment._graphs.CapturedCall`: after three eager calls of that shape, one launch
             instead of a few hundred; the bare call replayed so took 0.67 ms against 3.48 ms eagerly at B = 256
-            on an H100, ``benchmarks/RESULTS.md``), meant to give the pixels and draws of eager calls. For image batches (and single images) with a number or sequence as fill; videos,
-            samples with targets and tensor fills run eagerly. Default: ``False``.
-        compile (bool or dict): on accelerators, turn each tensor batch's draws into pixels through
+            on an H100, ``benchmarks/RESULTS.md``), meant to give the pixels and draws of eager calls. For
+            image batches (and single images) with a number or sequence as fill; videos, samples with targets
+            and tensor fills run eagerly. Default: ``False``.
+        compile (bool or mapping): on accelerators, turn each tensor batch's draws into pixels through
             ``torch.compile`` (``functional.augment``'s ``compile``: the draws stay eager, from the call's
-            generator, so uint8 pixels are the eager call's, float ones up to rounding); a dict gives ``torch.compile``'s keyword
-            arguments, e.g. ``{"mode": "max-autotune-no-cudagraphs"}``. The first batch of each shape and
-            dtype compiles (tens of seconds). With ``cuda_graphs``, the graph replays the compiled kernels.
-            No effect on CPU tensors and PIL images. Default: ``False``.
+            generator, so uint8 pixels are the eager call's, float ones up to rounding); a mapping gives
+            ``torch.compile``'s keyword arguments, e.g. ``{"mode": "max-autotune-no-cudagraphs"}``. The first
+            batch of each shape and dtype compiles (tens of seconds). With ``cuda_graphs``, the graph replays the
+            compiled kernels. No effect on CPU tensors and PIL images. Default: ``False``.
 
     Raises:
         ValueError: for an unknown policy name, an invalid schedule file, ``total_epochs`` < 1, an
             interpolation other than NEAREST or BILINEAR, a bad ``fill``, or ``cuda_graphs`` with ``compile``
             options under which inductor captures CUDA graphs itself (modes ``"reduce-overhead"``,
             ``"max-autotune"``).
-        TypeError: ``cuda_graphs`` not a bool, or ``compile`` neither a bool nor a dict.
+        TypeError: ``cuda_graphs`` not a bool, or ``compile`` neither a bool nor a mapping.
     """
 
     def __prepare_scriptable__(self) -> HBAPolicy:
@@ -243,14 +246,13 @@ class HBAPolicy(torch.nn.Module):
         interpolation: InterpolationMode = InterpolationMode.NEAREST,
         fill: Fill | dict[type | str, Fill] = None,
         cuda_graphs: bool = False,
-        compile: bool | dict[str, Any] = False,
+        compile: bool | Mapping[str, Any] = False,
     ) -> None:
         super().__init__()
         if not isinstance(cuda_graphs, bool):
             raise TypeError(f"cuda_graphs must be a bool, got {type(cuda_graphs).__name__}")
-        if not isinstance(compile, (bool, dict)):
-            raise TypeError(f"compile must be a bool or a dict of torch.compile's arguments, got {compile!r}")
-        if cuda_graphs and isinstance(compile, dict) and _captures_graphs(compile):
+        check_compile(compile)
+        if cuda_graphs and not isinstance(compile, bool) and _captures_graphs(compile):
             # (a graph captured by inductor cannot be captured inside the transform's own)
             raise ValueError(f"cuda_graphs=True and compile={compile!r} both capture CUDA graphs: choose one")
         self.cuda_graphs = cuda_graphs

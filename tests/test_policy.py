@@ -780,7 +780,7 @@ def test_cuda_graphs_replay_the_eager_pixels_across_epochs(dtype):
 
 # ---------------------------------------------------------------------------------------- compile
 def test_compile_is_a_checked_option_shown_in_the_repr():
-    with pytest.raises(TypeError, match=r"compile must be a bool or a dict of torch\.compile's arguments, got 'yes'"):
+    with pytest.raises(TypeError, match=r"compile must be a bool or a mapping of torch\.compile's arguments, got 'yes'"):
         HBAPolicy(IDENTITY, compile="yes")
     policy = HBAPolicy(IDENTITY, compile={"mode": "max-autotune"})
     assert repr(policy).endswith("fill=None, compile={'mode': 'max-autotune'})")

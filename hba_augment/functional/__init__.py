@@ -8,7 +8,15 @@ This module is the only door into ``functional/``: the rest of the package impor
 here, never from the private modules (``tests/test_architecture.py`` checks it).
 """
 
-from ._augment import DEFAULT_COUNT_PROBS, Drawn, augment, augment_drawn, check_count_probs, draw_one
+from ._augment import (
+    DEFAULT_COUNT_PROBS,
+    Drawn,
+    augment,
+    augment_drawn,
+    check_compile,
+    check_count_probs,
+    draw_one,
+)
 from ._kernels import KernelContext, affine
 from ._ops import (
     apply_op,
@@ -52,6 +60,7 @@ __all__ = [
     "auto_contrast",
     "brightness",
     "check_channels",
+    "check_compile",
     "check_count_probs",
     "check_pil_mode",
     "color",

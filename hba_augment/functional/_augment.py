@@ -36,6 +36,7 @@ __all__ = [
     "Drawn",
     "augment",
     "augment_drawn",
+    "check_compile",
     "check_count_probs",
     "draw_one",
 ]
@@ -347,9 +348,9 @@ def augment(
             fuses the call's few hundred elementwise passes), with these keyword arguments if a mapping
             (``fullgraph=True`` unless given). The draws stay eager, from ``generator``, so uint8 images
             get the eager call's pixels, and float images the same up to float rounding, which a
-            discontinuous op can turn into a level or more at its boundary (docs/contract.md, section 2).
-            The first call of each shape and dtype compiles (tens of seconds). No effect on the CPU's grouped path, where the compiled call measured 9.5x slower
-            (docs/contract.md, section 2).
+            discontinuous op can turn into a level or more at its boundary. The first call of each shape
+            and dtype compiles (tens of seconds). No effect on the CPU's grouped path, where the compiled
+            call measured 9.5x slower (docs/contract.md, section 2).
 
     Returns:
         A new tensor with the dtype, shape and device of ``images``; with ``return_matrices``, also the
@@ -365,8 +366,7 @@ def augment(
     batch, unbatched = check_images(images)
     b = batch.shape[0]
     device = batch.device
-    if not isinstance(compile, (bool, Mapping)):
-        raise TypeError(f"compile must be a bool or a mapping of torch.compile's arguments, got {compile!r}")
+    check_compile(compile)
     if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1 or b % frames:
         raise ValueError(f"frames must be an integer >= 1 dividing the batch size {b}, got {frames!r}")
     try:
@@ -550,6 +550,14 @@ def _static_pixels(
         table = None if tables is None else tables.index_select(0, torch.take(constants[9], code[:, s]))
         levels = apply_step(levels, op[:, s], magnitude[:, s], ctx, index, table, centre)
     return _result(levels, batch.dtype, _layout(batch), False)
+
+
+def check_compile(compile: Any) -> bool | Mapping[str, Any]:
+    """:func:`augment`'s ``compile`` (a bool, or a mapping of ``torch.compile``'s keyword arguments), returned
+    as given; raises ``TypeError`` naming anything else."""
+    if not isinstance(compile, (bool, Mapping)):
+        raise TypeError(f"compile must be a bool or a mapping of torch.compile's arguments, got {compile!r}")
+    return compile
 
 
 # The compiled copies of _static_pixels, one per distinct set of torch.compile's arguments.

@@ -176,10 +176,7 @@ def _pointwise_uint8(
     b, c, h, w = levels.shape
     index = levels.reshape(b, c, h * w).long()
     grey = K.grey_uint8(levels)
-    # Compiled, the lookup makes its own indices: inductor then computes them inside the gather's kernel
-    # instead of keeping an int64 copy of the batch for both uses (a third of the compiled call's buffers).
-    table = _tables(levels, index, grey, drew, mags, ctx, fixed_table)
-    looked = K.lookup(levels, table, None if torch.compiler.is_compiling() else index)
+    looked = K.lookup(levels, _tables(levels, index, grey, drew, mags, ctx, fixed_table), index)
     blended = _enhancers(levels, grey, drew, mags)
     return _select(drew[_COLOR] | drew[_SHARPNESS], blended, looked)
 

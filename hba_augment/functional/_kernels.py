@@ -528,9 +528,10 @@ _EXACT_FLOAT32_MEAN = 1 << 15
 
 
 def grey_uint8(images: Tensor) -> Tensor:
-    """PIL's ``convert("L")`` of uint8 images in integers (:data:`_LUMA_WEIGHTS`), ``(B, 1, H, W)`` int32 (a one-channel image: its own levels). Exactly :func:`_grayscale`'s values, in
-    4-byte integers instead of float passes over all three channels: the sync-free path computes it for
-    every image of a step, once for Contrast's mean and Color's degenerate image."""
+    """PIL's ``convert("L")`` of uint8 images in integers (:data:`_LUMA_WEIGHTS`), ``(B, 1, H, W)`` int32 (a
+    one-channel image: its own levels). Exactly :func:`_grayscale`'s values, in 4-byte integers instead of
+    float passes over all three channels: the sync-free path computes it for every image of a step, once for
+    Contrast's mean and Color's degenerate image."""
     if images.shape[1] == 1:
         return images.to(torch.int32)
     (red, green, blue), (w_red, w_green, w_blue) = images.unbind(1), _LUMA_WEIGHTS
@@ -741,7 +742,7 @@ def _patch_constants(height: int, width: int, device: torch.device) -> tuple[Ten
 
 
 def _paint_patch(images: Tensor, fraction: Tensor, centre: Tensor, ctx: KernelContext) -> Tensor:
-    """Cutout's patch for ``centre`` ``(B, 2)`` (row, column), both axes at once; see :func:`cutout_patch`."""
+    """Cutout's patch for ``centre`` ``(B, 2)`` (row, column), both axes at once; see :func:`cutout`."""
     _, _, h, w = images.shape
     size, _, ramp = _patch_constants(h, w, images.device)
     extent = torch.round(fraction.view(-1, 1) * size).long()  # (B, 2): round(m H), round(m W)
@@ -776,16 +777,6 @@ def _zero(device: torch.device, dtype: torch.dtype) -> Tensor:
     return torch.zeros((), dtype=dtype, device=device)
 
 
-def cutout_patch(
-    images: Tensor, fraction: Tensor, centre_y: Tensor, centre_x: Tensor, ctx: KernelContext
-) -> Tensor:
-    """Paint a ``round(m H) x round(m W)`` patch centred on ``(centre_y, centre_x)`` with ``ctx.fill``.
-
-    The patch covers rows ``[cy - ph // 2, cy - ph // 2 + ph)`` (likewise columns), clipped at the borders.
-    """
-    return _paint_patch(images, fraction, torch.stack([centre_y, centre_x], dim=1), ctx)
-
-
 def cutout_centres(b: int, h: int, w: int, device: torch.device, ctx: KernelContext) -> Tensor:
     """Cutout's centres for ``b`` images of ``h x w`` pixels, ``(B, 2)`` int64 (row, column), drawn uniformly
     over the pixels from ``ctx.generator``, one per video (its frames share it, see ``KernelContext.frames``)."""
@@ -798,7 +789,9 @@ def cutout_centres(b: int, h: int, w: int, device: torch.device, ctx: KernelCont
 
 
 def cutout(images: Tensor, fraction: Tensor, ctx: KernelContext, centre: Tensor | None = None) -> Tensor:
-    """Cutout at ``centre`` ``(B, 2)`` (row, column), by default drawn by :func:`cutout_centres`.
+    """Paint a ``round(m H) x round(m W)`` patch with ``ctx.fill`` centred on ``centre`` ``(B, 2)`` (row,
+    column), by default drawn by :func:`cutout_centres`. The patch covers rows ``[cy - ph // 2, cy - ph // 2
+    + ph)`` (likewise columns), clipped at the borders.
 
     Gradients (float levels): the images get the exact one (0 inside the patch); the magnitude, which sets
     a whole number of pixels, a straight-through estimate: the gradient of a patch whose sides move
