@@ -249,13 +249,15 @@ class Campaign:
     def policy_quality(self, split: str, policies: list[str], *options: str) -> list[str]:
         """The ``policy_quality.py`` command of ``policies`` on ``split``: the plan's protocol, then ``options``."""
         spec, train = self.plan["evals"][split], self.plan["train"]
-        extra = train.get("extra", "") + (" --eval-split val" if split == "val" else "")
+        extra = (train.get("extra", "") + (" --eval-split val" if split == "val" else "")
+                 + (" --cuda-graphs" if self.args.cuda_graphs else ""))
         cmd = [sys.executable, str(REPO / "benchmarks" / "policy_quality.py"), *options, "--dataset",
                self.plan.get("dataset", "imagefolder"), "--data-dir", str(self.data), "--preset",
                train.get("preset", "cifar10"), "--model", train["model"], "--epochs", str(train["epochs"]),
                "--train-size", str(train["train_size"]), "--seeds", ",".join(map(str, spec["seeds"])),
                "--policies", ",".join(self.policy_item(p) for p in policies), "--device", self.args.device,
-               "--threads", str(self.args.threads), "--extra", extra.strip(), "--out", str(self.root / split)]
+               "--threads", str(self.args.threads), "--lanes", str(self.args.lanes), "--extra", extra.strip(),
+               "--out", str(self.root / split)]
         return cmd + (["--test-size", str(spec["test_size"])] if spec.get("test_size") else [])
 
     def start_evals(self, split: str, policies: list[str], jobs: int, min_seconds: float) -> None:
@@ -293,7 +295,7 @@ class Campaign:
             busy = self.running()
             if not ready or busy >= self.args.max_procs:
                 continue
-            wanted = self.runs_left(split, ready)
+            wanted = -(-self.runs_left(split, ready) // self.args.lanes)  # processes, each up to --lanes runs
             time_left = self.left() - self.args.margin
             jobs = max((j for j in range(1, min(self.args.max_procs - busy, wanted) + 1)
                         if self.run_seconds(busy + j) < time_left), default=0)
@@ -356,6 +358,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="processes at a time, searches included, a population search counting one per worker "
                    "(default: 8)")
     p.add_argument("--threads", type=int, default=2, help="torch threads per training (default: 2)")
+    p.add_argument("--lanes", type=int, default=1,
+                   help="trainings per process: up to this many seeds of a policy side by side in one process "
+                   "(policy_quality.py --lanes; a process counts one against --max-procs; default: 1)")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="train with --cuda-graphs (speed only: records keep their keys; default: off)")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--search", action="append", metavar="NAME",
                        help="start only this search of the plan (repeatable; default: every search without a "

@@ -1,6 +1,7 @@
 """Policy quality on real data: train the same network with every augmentation policy, for several seeds.
 
-Every run is one ``hba-augment train`` process (the exact command is recorded per run), so a run can be
+Every run is one ``hba-augment train`` command (the exact command is recorded per run; with ``--lanes``,
+several seeds of a policy share one process, and each records its own single-seed command), so a run can be
 repeated alone, and an interrupted benchmark continues where it stopped (finished runs are reused,
 unfinished ones resume from their checkpoint). Each finished run writes its result to
 ``OUT/results/<policy>-seed<N>.json`` at once: commit those files as they appear, and a later invocation,
@@ -101,7 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="torch device of the runs")
     p.add_argument("--threads", type=positive_int, default=1,
                    help="torch threads per run (one is robust on a shared 2-core machine)")
-    p.add_argument("--jobs", type=positive_int, default=1, help="runs at a time")
+    p.add_argument("--jobs", type=positive_int, default=1, help="processes at a time")
+    p.add_argument("--lanes", type=positive_int, default=1,
+                   help="runs per process: up to this many seeds of one policy train side by side in one "
+                   "hba-augment train process (--seed a,b,...; on a GPU they share it at once, where processes "
+                   "take turns); each run's record is its own, as if it had run alone")
     p.add_argument("--num-workers", type=int, help="hba-augment train --num-workers (default: its own)")
     p.add_argument("--extra", default="", help="more hba-augment train options for every run, e.g. '--lr 0.05'")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (policy_quality.md/.json, runs/)")
@@ -224,41 +229,81 @@ def _run_one(cmd: list[str], out: Path, record: Path, env: dict[str, str], label
              timeout: float | None = None) -> dict[str, Any]:
     """Run one training (or reuse its result) and return ``{"result", "wall_seconds", "reused"}``.
 
-    Raises ``RunUnfinished`` when the run is still going after ``timeout`` seconds (it is killed).
+    Raises ``RunUnfinished`` when the run is still going after ``timeout`` seconds (it is killed), and
+    ``RuntimeError`` when it fails.
 
     ``record`` is the run's small result file, meant to be committed as soon as it exists: a later
     invocation, on this machine or a fresh one, reuses it instead of training again. ``out`` holds the
     run's checkpoint and log (not committed), so an interrupted run resumes on the same machine.
     """
-    key = _run_key(cmd)
-    reused = _reused(key, record)
-    if reused is not None:
-        return reused
-    out.mkdir(parents=True, exist_ok=True)
-    # The code the run starts from, read now: later commits in the same invocation do not change it. Only the
+    (run,) = _run_group([cmd], [out], [record], env, [label], timeout)
+    if isinstance(run, Exception):
+        raise run
+    return run
+
+
+def _run_group(cmds: list[list[str]], outs: list[Path], records: list[Path], env: dict[str, str],
+               labels: list[str], timeout: float | None = None) -> list[dict[str, Any] | Exception]:
+    """Run seeds of one policy side by side in one ``hba-augment train`` process (or reuse their results);
+    per run, what :func:`_run_one` returns or the exception it raises.
+
+    ``cmds`` differ only in ``--seed`` and ``--out``; the process gets the runs still to train joined
+    (``--seed a,b``, ``--out`` with ``{seed}``). Each run's key and record are those of its own command, so a
+    record does not depend on how its run was grouped. One log, in the first such run's folder.
+    """
+    results: list[dict[str, Any] | Exception | None] = [_reused(_run_key(cmd), record) for cmd, record
+                                                        in zip(cmds, records, strict=True)]
+    todo = [i for i, r in enumerate(results) if r is None]
+    if not todo:
+        return results
+    cmd = list(cmds[todo[0]])
+    if len(todo) > 1:
+        seeds = [cmds[i][cmds[i].index("--seed") + 1] for i in todo]
+        first = outs[todo[0]]  # <runs>/<policy>-seed<N> (_jobs)
+        cmd[cmd.index("--seed") + 1] = ",".join(seeds)
+        cmd[cmd.index("--out") + 1] = str(first.parent / (first.name.removesuffix(seeds[0]) + "{seed}"))
+    for i in todo:
+        outs[i].mkdir(parents=True, exist_ok=True)
+    # The code the runs start from, read now: later commits in the same invocation do not change it. Only the
     # package counts as modified; result files and notes being edited alongside do not change a run.
     code = {"commit": _git("rev-parse", "HEAD"),
             "package_modified": bool(_git("status", "--porcelain", "--untracked-files=no", "--", "hba_augment"))}
-    start = time.perf_counter()
-    with open(out / "log.txt", "a", encoding="utf-8") as log:
+    log_path = outs[todo[0]] / "log.txt"
+    start, started = time.perf_counter(), time.time()
+    with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"$ {shlex.join(cmd)}\n")
         log.flush()
         try:
-            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO, timeout=timeout)
+            returncode: int | None = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO,
+                                                    timeout=timeout).returncode
         except subprocess.TimeoutExpired:  # subprocess.run has killed it
-            raise RunUnfinished(f"{label} stopped after {timeout:.0f} s, unfinished; its checkpoint is in {out}") from None
+            returncode = None
     wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        tail = (out / "log.txt").read_text(encoding="utf-8").splitlines()[-5:]
-        raise RuntimeError(f"{label} failed (exit {proc.returncode}); see {out / 'log.txt'}:\n" + "\n".join(tail))
-    result = json.loads((out / "result.json").read_text(encoding="utf-8"))
+    for i in todo:
+        result_file = outs[i] / "result.json"
+        # A run that failed leaves no result of this process (an older file may be another run's). A run
+        # that finished counts even when a run beside it failed.
+        if result_file.exists() and result_file.stat().st_mtime >= started:
+            result = json.loads(result_file.read_text(encoding="utf-8"))
+            _write_record(records[i], _run_key(cmds[i]), wall, code, result)
+            results[i] = {"result": result, "wall_seconds": wall, "reused": False}
+        elif returncode is None:
+            results[i] = RunUnfinished(f"{labels[i]} stopped after {timeout:.0f} s, unfinished; its checkpoint "
+                                       f"is in {outs[i]}")
+        else:
+            tail = log_path.read_text(encoding="utf-8").splitlines()[-5:]
+            results[i] = RuntimeError(f"{labels[i]} failed (exit {returncode}); see {log_path}:\n" + "\n".join(tail))
+    return results
+
+
+def _write_record(record: Path, key: list[str], wall: float, code: dict[str, Any], result: dict[str, Any]) -> None:
+    """Save a finished run's record atomically (see :func:`_run_one`)."""
     record.parent.mkdir(parents=True, exist_ok=True)
     # Resumed runs count only this invocation's wall time; the trainer's own wall_seconds covers all.
     text = json.dumps({"key": key, "wall_seconds": wall, "code": code, "result": result}, indent=1) + "\n"
     tmp = record.with_suffix(".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, record)
-    return {"result": result, "wall_seconds": wall, "reused": False}
 
 
 def _fmt(values: list[float], digits: int = 2) -> str:
@@ -328,37 +373,43 @@ def main(argv: list[str] | None = None) -> int:
     bench_start = time.perf_counter()
     deadline = None if args.timeout is None else bench_start + args.timeout
     done, failed = 0, 0
+    # Up to --lanes seeds of one policy per process, the runs still to train grouped (finished ones are reused).
+    groups = []
+    for policy in args.policies:
+        own = [job for job in jobs if job[0] == policy]
+        pending = [job for job in own if _reused(_run_key(job[4]), records_dir / f"{job[3].name}.json") is None]
+        groups += [[job] for job in own if job not in pending]
+        groups += [pending[i:i + args.lanes] for i in range(0, len(pending), args.lanes)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        # Each run gets what is left of --timeout when it starts, so that the whole invocation ends by then.
-        def one(cmd: list[str], run_out: Path, label: str) -> dict[str, Any]:
+        # Each process gets what is left of --timeout when it starts, so that the whole invocation ends by then.
+        def group_of(group: list[tuple[str, str, int, Path, list[str]]]) -> list[dict[str, Any] | Exception]:
+            labels = [f"{pol} seed {seed}" for _, pol, seed, _, _ in group]
             left = None if deadline is None else deadline - time.perf_counter()
             if left is not None and left <= max(args.min_run_seconds, 0.0):
-                raise RunUnfinished(f"{label} not started: {max(left, 0):.0f} s of --timeout left")
-            return _run_one(cmd, run_out, records_dir / f"{run_out.name}.json", env, label, left)
+                return [RunUnfinished(f"{label} not started: {max(left, 0):.0f} s of --timeout left") for label in labels]
+            return _run_group([job[4] for job in group], [job[3] for job in group],
+                              [records_dir / f"{job[3].name}.json" for job in group], env, labels, left)
 
-        futures = {pool.submit(one, cmd, run_out, f"{pol} seed {seed}"): (policy, pol, seed, cmd)
-                   for policy, pol, seed, run_out, cmd in jobs}
+        futures = {pool.submit(group_of, group): group for group in sorted(groups, key=lambda g: jobs.index(g[0]))}
         for future in concurrent.futures.as_completed(futures):
-            policy, pol, seed, cmd = futures[future]
-            try:
-                run = future.result()
-            except RunUnfinished as e:
-                print(f"[-/{len(jobs)}] {e}", flush=True)
-                continue
-            except RuntimeError as e:
-                if not args.keep_going:
-                    raise
-                failed += 1
-                print(f"[-/{len(jobs)}] {e}", flush=True)
-                continue
-            run["command"] = shlex.join(cmd)
-            results[(policy, seed)] = run
-            done += 1
-            r = run["result"]
-            how = f"{run['wall_seconds']:.0f} s" if run["wall_seconds"] is not None else "?"
-            how += " (reused)" if run["reused"] else ""
-            print(f"[{done}/{len(jobs)}] {pol} seed {seed}: test error {r['test_error']:.2f}% "
-                  f"(loss {r['test_loss']:.4f}), {how}", flush=True)
+            for (policy, pol, seed, _, cmd), run in zip(futures[future], future.result(), strict=True):
+                if isinstance(run, RunUnfinished):
+                    print(f"[-/{len(jobs)}] {run}", flush=True)
+                    continue
+                if isinstance(run, Exception):
+                    if not args.keep_going:
+                        raise run
+                    failed += 1
+                    print(f"[-/{len(jobs)}] {run}", flush=True)
+                    continue
+                run["command"] = shlex.join(cmd)
+                results[(policy, seed)] = run
+                done += 1
+                r = run["result"]
+                how = f"{run['wall_seconds']:.0f} s" if run["wall_seconds"] is not None else "?"
+                how += " (reused)" if run["reused"] else ""
+                print(f"[{done}/{len(jobs)}] {pol} seed {seed}: test error {r['test_error']:.2f}% "
+                      f"(loss {r['test_loss']:.4f}), {how}", flush=True)
     if not results:
         print("policy_quality: no run finished", flush=True)
         return 1

@@ -8,7 +8,10 @@ CUDA graph. This starts ``--procs`` copies of the same ``hba-augment train`` com
 in turn (``--epochs``: ``graphs``, ``eager`` or ``compile``, by default ``graphs`` then ``eager``), and reads each run's ``history.jsonl``: the
 median of its epochs' ``train_seconds`` (the first epoch, which captures the graph, excluded where there
 are more), the run's wall time and its test error. Every mode runs on the same device in the same call, so
-the ratio is a fair one.
+the ratio is a fair one. With ``--lanes K`` each process trains K seeds side by side in one process
+(``train --seed 0,...,K-1``, :mod:`hba_augment._lanes`): on a GPU their kernels share it at once, where
+processes take turns; compare ``--procs 8`` with ``--procs 1 --lanes 8`` by the epochs per second of all
+runs together.
 
 Usage (on the lent GPU, the JPEG archive carried in ``.device/data``)::
 
@@ -47,11 +50,14 @@ def _epochs(text: str) -> dict[str, int]:
 
 
 def train_command(args: argparse.Namespace, mode: str, out: Path) -> list[str]:
-    """The ``hba-augment train`` command of one run of ``mode``."""
+    """The ``hba-augment train`` command of one process of ``mode``: ``--lanes`` seeds (0, 1, ...) side by side,
+    each in ``out`` with ``{seed}`` replaced."""
+    seeds = ",".join(str(seed) for seed in range(args.lanes))
     return [sys.executable, "-m", "hba_augment", "train", "--dataset", args.dataset, "--data-dir", args.data_dir,
             "--preset", args.preset, "--model", args.model, "--policy", args.policy, "--epochs",
             str(args.epochs[mode]), "--train-size", str(args.train_size), "--device", args.device, "--threads",
-            str(args.threads), "--no-progress", *shlex.split(args.extra), *MODES[mode], "--out", str(out)]
+            str(args.threads), "--no-progress", *shlex.split(args.extra), *MODES[mode], "--seed", seeds,
+            "--out", str(out)]
 
 
 def summarise(run: Path) -> dict[str, object]:
@@ -66,24 +72,28 @@ def summarise(run: Path) -> dict[str, object]:
 
 
 def run_mode(args: argparse.Namespace, mode: str, root: Path) -> list[dict[str, object]]:
-    """``--procs`` runs of ``mode`` at once; their summaries, with each process's wall time and exit code."""
+    """``--procs`` processes of ``mode`` at once, ``--lanes`` runs each; the runs' summaries, with their
+    process's wall time and exit code."""
     procs = []
     for i in range(args.procs):
-        out = root / f"{mode}-{i}"
-        log = open(root / f"{mode}-{i}.log", "w", encoding="utf-8")  # closed below, once the process ended
-        procs.append((out, log, time.perf_counter(), subprocess.Popen(
+        name = f"{mode}-{i}"
+        out = root / (f"{name}-lane{{seed}}" if args.lanes > 1 else name)
+        log = open(root / f"{name}.log", "w", encoding="utf-8")  # closed below, once the process ended
+        procs.append((name, out, log, time.perf_counter(), subprocess.Popen(
             train_command(args, mode, out), stdout=log, stderr=subprocess.STDOUT)))
     rows = []
-    for out, log, start, proc in procs:
+    for name, out, log, start, proc in procs:
         code = proc.wait(timeout=args.timeout)
         wall = time.perf_counter() - start
         log.close()
-        row = {"mode": mode, "run": out.name, "exit_code": code, "wall_seconds": wall}
-        if code == 0:
-            row.update(summarise(out))
-        else:
-            row["log_tail"] = (root / f"{out.name}.log").read_text()[-2000:]
-        rows.append(row)
+        for seed in range(args.lanes):
+            run = Path(str(out).replace("{seed}", str(seed)))
+            row = {"mode": mode, "run": run.name, "exit_code": code, "wall_seconds": wall}
+            if (run / "result.json").exists():
+                row.update(summarise(run))
+            if code != 0:
+                row["log_tail"] = (root / f"{name}.log").read_text()[-2000:]
+            rows.append(row)
     return rows
 
 
@@ -92,7 +102,8 @@ def _fmt(row: dict[str, object], key: str, spec: str = ".3f") -> str:
 
 
 def markdown(meta: dict[str, object], rows: list[dict[str, object]]) -> str:
-    lines = [f"# {meta['procs']} trainings side by side, per mode ({meta['device']})", "",
+    layout = f"{meta['procs']} x {meta['lanes']} lanes" if meta.get("lanes", 1) > 1 else f"{meta['procs']}"
+    lines = [f"# {layout} trainings side by side, per mode ({meta['device']})", "",
              f"- Command: `{meta['command']}`", f"- Date: {meta['date']}", "",
              "| mode | run | epochs | s per epoch (median) | first epoch s | wall s | test error | exit |",
              "|---|---|---|---|---|---|---|---|"]
@@ -103,7 +114,9 @@ def markdown(meta: dict[str, object], rows: list[dict[str, object]]) -> str:
     for mode in dict.fromkeys(r["mode"] for r in rows):
         values = [r["median_epoch_seconds"] for r in rows if r["mode"] == mode and r.get("median_epoch_seconds")]
         if values:
-            lines.append(f"\n{mode}: median over runs {statistics.median(values):.3f} s per epoch")
+            # Epochs per second of all runs together: what a campaign's throughput is.
+            lines.append(f"\n{mode}: median over runs {statistics.median(values):.3f} s per epoch; all runs together "
+                         f"{sum(1 / v for v in values):.2f} epochs per second")
     return "\n".join(lines) + "\n"
 
 
@@ -117,7 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train-size", type=int, default=4000)
     p.add_argument("--epochs", type=_epochs, default=_epochs("graphs=20,eager=10"),
                    help="MODE=EPOCHS,... in the order to run (default: graphs=20,eager=10)")
-    p.add_argument("--procs", type=int, default=8, help="trainings at once (default: 8)")
+    p.add_argument("--procs", type=int, default=8, help="processes at once (default: 8)")
+    p.add_argument("--lanes", type=int, default=1,
+                   help="trainings per process, side by side (train --seed 0,1,...; default: 1)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--threads", type=int, default=2, help="torch threads per training (default: 2)")
     p.add_argument("--extra", default="--amp --num-workers 2", help="more train options (default: the campaigns')")
@@ -137,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch  # only here: the script itself runs no torch
 
         device = torch.cuda.get_device_name(torch.device(device))
-    meta = {"procs": args.procs, "device": device, "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    meta = {"procs": args.procs, "lanes": args.lanes, "device": device, "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "command": "python3 benchmarks/train_speed.py " + shlex.join(sys.argv[1:] if argv is None else argv)}
     text = markdown(meta, rows)
     print(text)

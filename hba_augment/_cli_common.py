@@ -22,6 +22,7 @@ __all__ = [
     "positive_float",
     "positive_int",
     "run_command",
+    "seeds",
     "setup_torch",
 ]
 
@@ -101,6 +102,14 @@ def positive_int(text: str) -> int:
 def nonneg_int(text: str) -> int:
     """An integer ``>= 0``."""
     return _int_at_least(text, 0)
+
+
+def seeds(text: str) -> tuple[int, ...]:
+    """One seed (an integer ``>= 0``) or several, comma-separated and different (``0,1,2``)."""
+    values = tuple(_int_at_least(part.strip(), 0) for part in text.split(","))
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"seeds must differ, got {text!r}")
+    return values
 
 
 def nonneg_float(text: str) -> float:

@@ -88,8 +88,19 @@ class CapturedCall:
             graph = torch.cuda.CUDAGraph()
             for generator in self.generators:
                 graph.register_generator_state(generator)
-            with torch.cuda.graph(graph):
-                self.outputs = self.call(*self.static)
+            # Not torch.cuda.graph, which synchronises the whole device and captures on a stream shared by
+            # every graph of the process: lanes (hba_augment._lanes) capture in several threads at once, on
+            # streams of their own, while other lanes run (thread-local capture).
+            current = torch.cuda.current_stream(self.device)
+            capture = torch.cuda.Stream(self.device)
+            capture.wait_stream(current)
+            with torch.cuda.stream(capture):
+                graph.capture_begin(capture_error_mode="thread_local")
+                try:
+                    self.outputs = self.call(*self.static)
+                finally:
+                    graph.capture_end()
+            current.wait_stream(capture)
             self.graph = graph
         self.graph.replay()  # (after a capture, which only records the call, this runs it)
         if self.outputs is None:

@@ -73,6 +73,7 @@ __all__ = [
     "source_commit",
     "standardisation",
     "start_session",
+    "stderr_log",
     "write_jsonl",
 ]
 
@@ -522,7 +523,8 @@ def plural(count: int, noun: str, plural_noun: str | None = None) -> str:
     return f"{count} {noun if count == 1 else plural_noun or noun + 's'}"
 
 
-def _stderr(msg: str) -> None:
+def stderr_log(msg: str) -> None:
+    """The default log: one line to stderr, flushed."""
     print(msg, file=sys.stderr, flush=True)
 
 
@@ -559,7 +561,7 @@ def open_run(
     out = Path(out_dir)
     files = {key: out / name for key, name in file_names.items()}
     if log is None:
-        log = _stderr if ctx.is_main else _silent
+        log = stderr_log if ctx.is_main else _silent
     if command is None:
         command = shlex.join(sys.argv)
     if device.startswith("cuda") and not torch.cuda.is_available():

@@ -4,7 +4,7 @@ The package has three layers (README, "Layout"):
 
 * the core: ``functional/``, ``schedule.py``, ``policy.py``, ``pretrained.py`` and their helpers;
 * the parts shared by the search and policy evaluation: ``datasets/``, ``models/``, the run driver
-  (``_runner.py``, ``_distributed.py``, ``_cli_common.py``, ``_baselines.py``);
+  (``_runner.py``, ``_distributed.py``, ``_cli_common.py``, ``_baselines.py``, ``_lanes.py``);
 * ``search/`` (the hypernetwork search) and ``train/`` (policy evaluation).
 
 The core never imports the other two; the shared parts never import ``search`` or ``train``; ``search``
@@ -29,7 +29,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "hba_augment"
 SEARCH = "hba_augment.search"
 TRAIN = "hba_augment.train"
 SHARED = ("hba_augment.datasets", "hba_augment.models", "hba_augment._runner", "hba_augment._distributed",
-          "hba_augment._cli_common", "hba_augment._baselines")
+          "hba_augment._cli_common", "hba_augment._baselines", "hba_augment._lanes")
 FRONT = ("hba_augment.cli", "hba_augment.__main__")
 
 

@@ -480,6 +480,26 @@ def test_constant_cache_keeps_its_tensors_and_steps_aside_while_compiling():
     assert torch.equal(out, torch.tensor([1.0, 2.0, 3.0])) and made == [3, 3, 3]
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_constant_cache_keeps_one_tensor_per_cuda_stream():
+    """A constant made on one stream is not handed to another (lanes, ``hba_augment._lanes``), which could
+    read it before the kernel that made it ran."""
+    from hba_augment.functional._cache import constant_cache
+
+    @constant_cache(4)
+    def ramp(n: int) -> torch.Tensor:
+        return torch.arange(n, device="cuda")
+
+    first = ramp(5)
+    other = torch.cuda.Stream()
+    with torch.cuda.stream(other):
+        second = ramp(5)
+        assert ramp(5) is second
+    torch.cuda.current_stream().wait_stream(other)
+    assert second is not first and ramp(5) is first and torch.equal(first, second)
+
+
 def test_the_compiled_pixel_work_views_no_bool_tensor_as_bytes(cifar_images, monkeypatch):
     """Inductor on an H100 (torch 2.11, 2026-11-28) failed to compile the uint8 pixel work: it cannot lower a
     bool tensor viewed as uint8 ("torch.bool is not supported by torch.iinfo"), which the CPU's inductor

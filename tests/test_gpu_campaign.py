@@ -206,12 +206,13 @@ def test_a_population_search_s_slots_go_to_its_own_runs_when_it_ends(tmp_path: P
     assert started == [("test", ["hba:p", "null:p", "none"], 4)] and pending["test"] == []
 
 
-def _timed_campaign(tmp_path: Path, walls: dict[str, float], left: float) -> gpu_campaign.Campaign:
+def _timed_campaign(tmp_path: Path, walls: dict[str, float], left: float, *options: str) -> gpu_campaign.Campaign:
     plan = {**_TINY, "train": {**_TINY["train"], "wall_seconds": walls},
             "evals": {"test": {"seeds": [0, 1, 2], "policies": ["none", "cutout", "baseline"]}}}
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan))
-    args = gpu_campaign.build_parser().parse_args([str(path), "--out", str(tmp_path / "c"), "--max-procs", "8"])
+    args = gpu_campaign.build_parser().parse_args([str(path), "--out", str(tmp_path / "c"), "--max-procs", "8",
+                                                   *options])
     campaign = gpu_campaign.Campaign(gpu_campaign.load_plan(path), args)
     campaign.left = lambda: left
     return campaign
@@ -250,3 +251,15 @@ def test_bad_wall_seconds_are_refused(tmp_path: Path, walls):
     plan.write_text(json.dumps({**_TINY, "train": {**_TINY["train"], "wall_seconds": walls}}))
     with pytest.raises(ValueError, match=r"train\.wall_seconds maps processes at once"):
         gpu_campaign.load_plan(plan)
+
+
+def test_lanes_ask_for_a_process_per_group_of_seeds(tmp_path: Path, monkeypatch):
+    """``--lanes 3``: nine runs need three processes of three seeds each, trained with ``--cuda-graphs``."""
+    campaign = _timed_campaign(tmp_path, {"1": 250, "8": 425}, 600, "--lanes", "3", "--cuda-graphs")
+    started = []
+    monkeypatch.setattr(campaign, "start_evals",
+                        lambda split, policies, jobs, min_seconds: started.append(jobs))
+    campaign.launch_ready({"test": ["none", "cutout", "baseline"]})
+    assert started == [3]
+    cmd = campaign.policy_quality("test", ["none"])
+    assert cmd[cmd.index("--lanes") + 1] == "3" and "--cuda-graphs" in cmd[cmd.index("--extra") + 1]

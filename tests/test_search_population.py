@@ -637,6 +637,7 @@ def test_another_seed_gives_another_search(fake_data, tmp_path: Path):
 @pytest.mark.parametrize("kwargs, match", [
     ({"population": 1}, "population"),
     ({"population_procs": 5}, "population-procs|population_procs"),
+    ({"population_lanes": 0}, "population_lanes"),
     ({"exploit_every": 0}, "exploit"),
     ({"quantile": 0.7}, "quantile"),
     ({"resample_prob": -0.1}, "resample_prob"),
@@ -667,6 +668,7 @@ def test_compile_and_other_objectives_are_refused():
     (["--population", "4"], "--population 4 applies to --objective population only"),
     (["--objective", "teacher", "--exploit-every", "2"], "--exploit-every"),
     (["--objective", "population", "--population", "2", "--population-procs", "3"], "population-procs"),
+    (["--population-lanes", "2"], "--population-lanes 2 applies to --objective population only"),
     (["--member-start", "same"], "--member-start same applies to --objective population only"),
     (["--score-ema", "0.99"], "--score-ema 0.99 applies to --objective population only"),
     (["--amount", "held"], "--amount held applies to --objective population only"),
@@ -704,6 +706,18 @@ def test_worker_processes_give_the_in_process_search(fake_data, tmp_path: Path):
     np.testing.assert_array_equal(spawned.schedule.prob, local.schedule.prob)
     np.testing.assert_array_equal(spawned.schedule.mag, local.schedule.mag)
     assert _without_times(spawned.metrics) == _without_times(local.metrics)
+
+
+def test_members_in_lanes_give_the_search_one_after_another(fake_data, tmp_path: Path):
+    """``population_lanes``: members train at the same time in threads (on a GPU, a stream each); every draw is
+    a member's own, so the search is the same bit for bit on the CPU."""
+    local = run_population_search(_config(), tmp_path / "one", data=fake_data, plot=False, log=lambda m: None)
+    lanes = run_population_search(_config(population_lanes=3), tmp_path / "lanes", data=fake_data, plot=False,
+                                  log=lambda m: None)
+    np.testing.assert_array_equal(lanes.schedule.prob, local.schedule.prob)
+    np.testing.assert_array_equal(lanes.schedule.mag, local.schedule.mag)
+    assert _without_times(lanes.metrics) == _without_times(local.metrics)
+    assert lanes.schedule.provenance["population_lanes"] == 3
 
 
 def test_a_worker_process_stops_when_its_driver_is_gone(fake_data, monkeypatch):
@@ -762,19 +776,21 @@ def test_a_worker_that_dies_while_starting_stops_the_search_instead_of_hanging_i
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("score_ema", [None, 0.5])
-def test_on_cuda_members_capture_replay_and_recapture_after_an_exploit(fake_data, tmp_path: Path, score_ema):
+@pytest.mark.parametrize(("score_ema", "lanes"), [(None, 1), (0.5, 1), (None, 2)])
+def test_on_cuda_members_capture_replay_and_recapture_after_an_exploit(fake_data, tmp_path: Path, score_ema,
+                                                                       lanes):
     """Two members, rounds of one epoch: every round one copies the other (new momentum buffers, a new
     capture). The captured search ends near the eager one (CUDA is not bit-exact); with ``score_ema`` the
-    average's update is captured too."""
+    average's update is captured too; with two lanes both members capture and replay at the same time, each
+    on its own stream."""
     def config(**kw):
         c = _config(population=2, score_ema=score_ema, **kw)
         c.search.device, c.search.batch_size, c.search.amp = "cuda", 16, True
         return c
 
     eager = run_population_search(config(), tmp_path / "eager", data=fake_data, plot=False, log=lambda m: None)
-    graphs = run_population_search(config(cuda_graphs=True), tmp_path / "graphs", data=fake_data, plot=False,
-                                   log=lambda m: None)
+    graphs = run_population_search(config(cuda_graphs=True, population_lanes=lanes), tmp_path / "graphs",
+                                   data=fake_data, plot=False, log=lambda m: None)
     assert all(len(m["copies"]) == 1 for m in graphs.metrics[:-1])
     for a, b in zip(eager.metrics, graphs.metrics, strict=True):
         np.testing.assert_allclose(a["train_loss"], b["train_loss"], rtol=0.05)

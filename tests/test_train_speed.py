@@ -40,3 +40,17 @@ def test_a_failing_run_is_reported_with_its_log(tmp_path: Path):
 def test_bad_epochs_are_refused(text):
     with pytest.raises(SystemExit):
         train_speed.build_parser().parse_args(["--data-dir", "x", "--epochs", text])
+
+
+def test_lanes_train_several_seeds_per_process(cifar_dir: Path, tmp_path: Path):
+    out = tmp_path / "lanes"
+    code = train_speed.main([
+        "--dataset", "cifar10", "--data-dir", str(cifar_dir), "--model", "wrn-10-1", "--train-size", "64",
+        "--epochs", "graphs=1", "--procs", "1", "--lanes", "2", "--device", "cpu", "--threads", "1",
+        "--extra", "--test-size 32 --batch-size 32 --num-workers 0", "--out", str(out),
+    ])
+    assert code == 0
+    rows = json.loads(out.with_suffix(".json").read_text())["rows"]
+    assert [r["run"] for r in rows] == ["graphs-0-lane0", "graphs-0-lane1"]
+    assert rows[0]["test_error"] is not None and rows[1]["test_error"] is not None
+    assert "1 x 2 lanes trainings" in out.with_suffix(".md").read_text()

@@ -27,6 +27,7 @@ one), which is what its round is scored on; an exploit copies the donor's averag
 
 from __future__ import annotations
 
+import functools
 import math
 import multiprocessing
 import queue
@@ -40,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hba_augment import _runner, functional
+from hba_augment import _lanes, _runner, functional
 from hba_augment._space import NUM_COPIES, NUM_OPS
 from hba_augment.models import create_model
 
@@ -62,7 +63,7 @@ class _Member:
         cfg, dev = worker.config, worker.device
         self.index, self.worker = index, worker
         # Each member its own initialisation, as PBT's trials (the caller's global RNG is left alone).
-        with torch.random.fork_rng(devices=[]):
+        with _lanes.GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=[]):
             torch.default_generator.manual_seed(member_seed(cfg.seed, index, 0))
             self.model = create_model(cfg.model, worker.num_classes)
         self.model.to(dev).train()
@@ -202,10 +203,13 @@ class Worker:
         members: the indices of the members it holds.
         score_ema: score each member on an exponential moving average of its weights with this decay per
             step (``None``: on its weights; see the module docstring).
+        lanes: members trained at the same time, each in a lane (:func:`hba_augment._lanes.side_by_side`).
     """
 
-    def __init__(self, config: Any, train: Any, val: Any, members: list[int], score_ema: float | None = None) -> None:
+    def __init__(self, config: Any, train: Any, val: Any, members: list[int], score_ema: float | None = None,
+                 lanes: int = 1) -> None:
         self.config = config
+        self.lanes = lanes
         self.cuda_graphs = config.cuda_graphs
         self.score_ema = score_ema
         self.device = dev = torch.device(config.device)
@@ -237,28 +241,38 @@ class Worker:
             member.load(task["weights"], task["streams"])
             member.set_policy(task["prob"], task["mag"])
         records = []
-        for task in tasks:
-            member = self.members[task["member"]]
-            start = time.perf_counter()
-            train = member.train_epochs(task["epochs"])
-            val_loss, val_acc = member.evaluate()  # the round's reads of device values
-            t = {k: float(v) for k, v in train.items()}
-            member.save(Path(task["save"]))
-            record = {
-                "member": member.index,
-                "train_loss": t["loss"] / t["n"],
-                "train_acc": t["correct"] / t["n"],
-                "val_loss": val_loss,
-                "val_acc": val_acc,
-                "seconds": time.perf_counter() - start,
-            }
-            record["finite"] = math.isfinite(record["train_loss"]) and math.isfinite(record["val_loss"])
-            records.append(record)
+        for first in range(0, len(tasks), self.lanes):
+            group = tasks[first:first + self.lanes]
+            outcomes = _lanes.side_by_side([functools.partial(self._train_member, task) for task in group],
+                                           self.device)
+            for outcome in outcomes:
+                if outcome.error is not None:
+                    raise outcome.error
+                records.append(outcome.value)
         return records
+
+    def _train_member(self, task: dict[str, Any]) -> dict[str, Any]:
+        """One member's round (its policy set, its files loaded): train, test, save; its record."""
+        member = self.members[task["member"]]
+        start = time.perf_counter()
+        train = member.train_epochs(task["epochs"])
+        val_loss, val_acc = member.evaluate()  # the round's reads of device values
+        t = {k: float(v) for k, v in train.items()}
+        member.save(Path(task["save"]))
+        record = {
+            "member": member.index,
+            "train_loss": t["loss"] / t["n"],
+            "train_acc": t["correct"] / t["n"],
+            "val_loss": val_loss,
+            "val_acc": val_acc,
+            "seconds": time.perf_counter() - start,
+        }
+        record["finite"] = math.isfinite(record["train_loss"]) and math.isfinite(record["val_loss"])
+        return record
 
 
 def serve(config: Any, members: list[int], threads: int, tasks: Any, results: Any,
-          score_ema: float | None = None) -> None:
+          score_ema: float | None = None, lanes: int = 1) -> None:
     """A worker process's main loop (started with the 'spawn' method): build a :class:`Worker` from the
     first message on ``tasks``, the training and validation images as ``(images, labels, classes)`` numpy
     arrays, then run each list of tasks that arrives on ``tasks`` until ``None``; every answer goes to
@@ -274,7 +288,7 @@ def serve(config: Any, members: list[int], threads: int, tasks: Any, results: An
         torch.set_num_threads(threads)
         if config.device.startswith("cuda"):
             torch.backends.cudnn.benchmark = True  # fixed shapes, long runs
-        worker = Worker(config, train, val, members, score_ema)
+        worker = Worker(config, train, val, members, score_ema, lanes)
         results.put(("ready", members))
         while (job := _next_message(tasks)) is not None:
             results.put(("ok", worker.run_round(job)))

@@ -83,7 +83,7 @@ _LAMBDA_OPTIONS = ("strategy", "hparam_lr", "sigma", "t_train", "t_val", "prior_
                    "teacher_estimator", "teacher_weight", "teacher_decay", "val_bn", "hyper_input")
 # Options of the population search (default None: "not given"), which the other objectives refuse.
 _POPULATION_OPTIONS = ("population", "exploit_every", "member_start", "score_ema", "amount", "resample",
-                       "population_procs")
+                       "population_procs", "population_lanes")
 
 
 def _flag(attr: str) -> str:
@@ -129,7 +129,8 @@ def population_config_from_args(args: argparse.Namespace, device: str,
              if getattr(args, k) is not None}
     return PopulationConfig(search=config_from_args(args, device) if search is None else search, **given,
                             exploit_every=args.exploit_every, score_ema=args.score_ema,
-                            population_procs=args.population_procs)
+                            population_procs=args.population_procs,
+                            **({} if args.population_lanes is None else {"population_lanes": args.population_lanes}))
 
 
 def _preset_table() -> str:
@@ -287,7 +288,11 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
                    "nothing (default: uniform)")
     g.add_argument("--population-procs", type=nonneg_int, metavar="P",
                    help="worker processes on the device, the members spread over them (default: one per member; "
-                   "0: every member in this process, one after another)")
+                   "0: every member in this process)")
+    g.add_argument("--population-lanes", type=positive_int, metavar="L",
+                   help="members each process trains at the same time, in threads with a CUDA stream each (on a "
+                   "GPU, with --cuda-graphs, their kernels share it, where processes take turns; default: 1, one "
+                   "after another)")
     g = p.add_argument_group("output")
     g.add_argument("--out", required=True, help="output folder (schedule.json, metrics.jsonl, schedule.png, "
                    "checkpoint.pt)")

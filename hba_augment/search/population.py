@@ -83,7 +83,8 @@ MEMBERS_FOLDER = "population"
 _CHECKPOINT_FORMAT = "hba-population-checkpoint"
 _CHECKPOINT_VERSION = 1
 # May differ between the session that wrote a checkpoint and the one that resumes it.
-_RESUME_FREE = frozenset({"data_dir", "name", "device", "compile", "population_procs", "cuda_graphs"})
+_RESUME_FREE = frozenset({"data_dir", "name", "device", "compile", "population_procs", "population_lanes",
+                          "cuda_graphs"})
 # Fields added after checkpoints were first written, with the value such a checkpoint ran with.
 _ADDED_FIELDS = {"member_start": "explored", "score_ema": None, "amount": "free", "resample": "uniform"}
 
@@ -101,7 +102,10 @@ class PopulationConfig:
         exploit_every: epochs per round (``None``: :func:`~hba_augment.search.pbt.default_exploit_every`,
             PBA's 3 per 200 epochs scaled to the search's epochs).
         population_procs: worker processes (``None``: one per member; ``0``: every member in the calling
-            process, one after another). At most ``population``.
+            process). At most ``population``.
+        population_lanes: members a process trains at the same time, each in a lane of its own
+            (:mod:`hba_augment._lanes`: a thread and, on CUDA, a stream; on a GPU, with ``cuda_graphs``,
+            their kernels share it where processes take turns); 1: one after another.
         resample_prob, max_shift, quantile: PBA's explore and exploit settings (:mod:`~hba_augment.search.pbt`).
         member_start: how round 0's members start, one of :data:`~hba_augment.search.pbt.MEMBER_STARTS`
             (``"explored"``: member 0 at ``init``, the others at explored copies; ``"same"``: all at ``init``,
@@ -125,6 +129,7 @@ class PopulationConfig:
     population: int = pbt.DEFAULT_POPULATION
     exploit_every: int | None = None
     population_procs: int | None = None
+    population_lanes: int = 1
     resample_prob: float = pbt.EXPLORE_RESAMPLE_PROB
     max_shift: int = pbt.EXPLORE_MAX_SHIFT
     quantile: float = pbt.TRUNCATION_QUANTILE
@@ -153,6 +158,7 @@ class PopulationConfig:
         _runner.check_int(self, "population", 2)
         _runner.check_int(self, "exploit_every", 1, optional=True)
         _runner.check_int(self, "population_procs", 0, optional=True)
+        _runner.check_int(self, "population_lanes", 1)
         if self.procs > self.population:
             raise ValueError(f"{_cli_common.option('population_procs')} must be at most "
                              f"{_cli_common.option('population')} ({self.population}), got {self.procs}")
@@ -257,7 +263,7 @@ class _Pool:
         self.inboxes: list[Any] = []
         if procs == 0:
             self.groups = [list(range(n))]
-            self.local = Worker(config.search, train, val, self.groups[0], config.score_ema)
+            self.local = Worker(config.search, train, val, self.groups[0], config.score_ema, config.population_lanes)
             return
         self.groups = [list(range(p, n, procs)) for p in range(procs)]
         ctx = torch.multiprocessing.get_context("spawn")
@@ -271,7 +277,7 @@ class _Pool:
             for group in self.groups:
                 inbox = ctx.Queue()
                 proc = ctx.Process(target=serve, args=(config.search, group, threads, inbox, self.results,
-                                                       config.score_ema), daemon=True)
+                                                       config.score_ema, config.population_lanes), daemon=True)
                 proc.start()
                 self.processes.append(proc)
                 self.inboxes.append(inbox)
@@ -436,6 +442,7 @@ def _provenance(config: PopulationConfig, init: _Init, history: _History, train:
         "exploit_every": config.every,
         "rounds": history.rounds,
         "population_procs": config.procs,
+        "population_lanes": config.population_lanes,
         "cuda_graphs": config.search.cuda_graphs,
         "explore": {"resample_prob": config.resample_prob, "max_shift": config.max_shift,
                     "levels": pbt.EXPLORE_LEVELS},

@@ -18,6 +18,7 @@ _EXPORTS = {
     "TrainingDivergedError": "trainer",
     "evaluate_model": "trainer",
     "train_and_evaluate": "trainer",
+    "train_side_by_side": "trainer",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -26,6 +26,7 @@ from hba_augment._cli_common import (
     positive_float,
     positive_int,
     run_command,
+    seeds,
     setup_torch,
 )
 
@@ -81,7 +82,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--crop-padding", type=nonneg_int, help="padding of the baseline's random crop, 0 for no crop (default: 4, 0 for SVHN)")
     g.add_argument("--no-flip", dest="flip", action="store_false", default=None,
                    help="no random horizontal flip in the baseline (default: flip, except for SVHN)")
-    g.add_argument("--seed", type=nonneg_int, default=0, help="seed of the model and all random draws (default: 0)")
+    g.add_argument("--seed", type=seeds, default=(0,), metavar="SEED[,SEED...]",
+                   help="seed of the model and all random draws (default: 0); several (0,1,2): one run per seed, "
+                   "side by side in this process, each in OUT with {seed} replaced (GPUs, with --cuda-graphs: "
+                   "the runs share the GPU where separate processes take turns on it)")
     g.add_argument("--device", default="auto", help="torch device (default: auto = cuda if available, else cpu)")
     g.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's choice)")
     g.add_argument("--amp", action="store_true", default=None, help="bfloat16 autocast (GPUs; default: off)")
@@ -101,7 +105,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="under torchrun: how long a process waits for the others before the run fails "
                    "(default: 1800)")
     g = p.add_argument_group("output")
-    g.add_argument("--out", required=True, help="output folder: result.json, history.jsonl, checkpoint.pt")
+    g.add_argument("--out", required=True, help="output folder: result.json, history.jsonl, checkpoint.pt; "
+                   "{seed} in it is replaced by the run's seed (required with several seeds)")
     g.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt if it exists")
     g.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                    help="no progress bar (it is shown only on a terminal anyway)")
@@ -131,7 +136,12 @@ def run_train(args: argparse.Namespace, prog: str = "hba-augment train", command
     process or timed out; 130: interrupted.
     """
     from hba_augment import _distributed
-    from hba_augment.train.trainer import TrainConfig, TrainingDivergedError, train_and_evaluate
+    from hba_augment.train.trainer import (
+        TrainConfig,
+        TrainingDivergedError,
+        train_and_evaluate,
+        train_side_by_side,
+    )
 
     requested = setup_torch(args.threads, args.device)
 
@@ -141,22 +151,54 @@ def run_train(args: argparse.Namespace, prog: str = "hba-augment train", command
         return text if ctx.is_main else ""
 
     def _train(device: str) -> str:
-        config = TrainConfig.from_preset(
+        configs = [_config(device, seed) for seed in args.seed]
+        outs = [args.out.replace("{seed}", str(seed)) for seed in args.seed]
+        if len(configs) > 1:
+            if len(set(outs)) == 1:
+                raise ValueError(f"--out {args.out!r} must contain {{seed}} with several seeds (each run writes "
+                                 "its own folder), e.g. runs/trivialaugment-{seed}")
+            return _side_by_side(configs, outs)
+        result = train_and_evaluate(configs[0], outs[0], resume=args.resume, command=command, progress=args.progress)
+        return _describe(configs[0], result)
+
+    def _side_by_side(configs: list[Any], outs: list[str]) -> str:
+        outcomes = train_side_by_side(configs, outs, resume=args.resume, command=command)
+        lines = [f"seed {seed}: {_describe(config, o.value)}" for seed, config, o in zip(args.seed, configs, outcomes, strict=True)
+                 if o.error is None]
+        failed = [(seed, o.error) for seed, o in zip(args.seed, outcomes, strict=True) if o.error is not None]
+        if not failed:
+            return "\n".join(lines)
+        if lines:
+            print("\n".join(lines), flush=True)
+        for seed, error in failed:
+            print(f"{prog}: seed {seed}: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+        # The exit status of the gravest failure: a bug's traceback, else bad input (2), else divergence (1).
+        unexpected = [e for _, e in failed if not isinstance(e, (ValueError, FileNotFoundError, TrainingDivergedError))]
+        if unexpected:
+            raise unexpected[0]
+        seeds_failed = ", ".join(str(seed) for seed, _ in failed)
+        if all(isinstance(e, TrainingDivergedError) for _, e in failed):
+            raise TrainingDivergedError(f"seed(s) {seeds_failed} diverged (above)")
+        raise ValueError(f"seed(s) {seeds_failed} failed (above)")
+
+    def _describe(config: Any, result: Any) -> str:
+        what = "test" if config.eval_split == "test" else "validation"
+        return f"{what} error {result.test_error:.2f}% ({what} loss {result.test_loss:.4f}): {result.files['result']}"
+
+    def _config(device: str, seed: int) -> Any:
+        return TrainConfig.from_preset(
             args.preset, dataset=args.dataset, data_dir=args.data_dir, model=args.model, policy=args.policy,
             epochs=args.epochs, train_size=args.train_size, test_size=args.test_size, subset_seed=args.subset_seed,
             eval_split=args.eval_split,
             batch_size=args.batch_size, lr=args.lr, lr_schedule=args.lr_schedule, lr_milestones=args.lr_milestones,
-            wd=args.wd, seed=args.seed, device=device, image_size=args.image_size, classes=args.classes,
+            wd=args.wd, seed=seed, device=device, image_size=args.image_size, classes=args.classes,
             download=args.download or None, flip=args.flip, crop_padding=args.crop_padding, cutout=args.cutout,
             num_workers=args.num_workers, eval_every=args.eval_every, eval_batch_size=args.eval_batch_size,
             channels_last=args.channels_last, amp=args.amp, compile=args.compile, cuda_graphs=args.cuda_graphs,
         )
-        result = train_and_evaluate(config, args.out, resume=args.resume, command=command,
-                                    progress=args.progress)
-        what = "test" if config.eval_split == "test" else "validation"
-        return f"{what} error {result.test_error:.2f}% ({what} loss {result.test_loss:.4f}): {result.files['result']}"
 
-    return run_command(prog, body, TrainingDivergedError, out=args.out)
+    return run_command(prog, body, TrainingDivergedError,
+                       out=args.out.replace("{seed}", str(args.seed[0])) if len(args.seed) == 1 else None)
 
 def main(argv: Sequence[str] | None = None, prog: str = "hba-augment train") -> int:
     """Entry point (``hba-augment train ...``); returns the process exit status."""

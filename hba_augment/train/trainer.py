@@ -36,17 +36,22 @@ generator, the batched augmentation from a generator on the device, each image o
 the number of DataLoader workers), and dropout / Shake-Shake / ShakeDrop from torch's global generator
 (seeded here). All of them are saved in the per-epoch checkpoint, so ``resume=True`` continues an
 interrupted CPU run bit for bit (on CUDA, up to cuDNN's nondeterminism).
+
+Several runs can train at the same time in one process (:func:`train_side_by_side`, ``hba-augment train
+--seed 0,1,2``), each in a lane of :mod:`hba_augment._lanes`; each ends as it would alone.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import math
 import os
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,7 +60,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hba_augment import _cli_common, _distributed, _runner, functional
+from hba_augment import _cli_common, _distributed, _lanes, _runner, functional
 from hba_augment._io import atomic_open
 from hba_augment._runner import evaluate_model  # the test; also the population search's (one home)
 from hba_augment._version import __version__
@@ -77,6 +82,7 @@ __all__ = [
     "model_family",
     "parse_policy",
     "train_and_evaluate",
+    "train_side_by_side",
 ]
 
 RESULT_FILE = "result.json"
@@ -428,6 +434,13 @@ def load_data(config: TrainConfig) -> tuple[Any, Any, str]:
     return train, test, source
 
 
+def _data_key(config: TrainConfig) -> tuple[Any, ...]:
+    """The settings :func:`load_data` reads: runs with equal keys train and test on the same images."""
+    return (config.dataset, str(Path(config.data_dir).expanduser().resolve()), config.image_size, config.download,
+            config.classes, config.eval_split, config.train_size, config.test_size,
+            config.seed if config.subset_seed is None else config.subset_seed)
+
+
 class _PerImage(torch.utils.data.Dataset):
     """Applies a torchvision transform to one uint8 image; item keys are ``(index, seed)``.
 
@@ -548,7 +561,7 @@ class _Trainer(_runner.WorkerBase):
         from hba_augment.models import create_model
 
         cfg, dev = self.config, self.device
-        with torch.random.fork_rng(devices=[]):
+        with _lanes.GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)  # the same initial weights on every rank
             model = create_model(cfg.model, self.num_classes)
         self.model = model.to(dev)
@@ -562,7 +575,8 @@ class _Trainer(_runner.WorkerBase):
     def _build_streams(self) -> None:
         """The random streams: the data order is shared by the ranks, the draws are each rank's own."""
         cfg, rank = self.config, self.dist.rank
-        torch.manual_seed(_distributed.rank_seed(cfg.seed * 4 + 2, rank))  # dropout, Shake-Shake, ShakeDrop
+        with _lanes.GLOBAL_RNG_LOCK:  # not while another lane draws from it
+            torch.manual_seed(_distributed.rank_seed(cfg.seed * 4 + 2, rank))  # dropout, Shake-Shake, ShakeDrop
         self.g_data = torch.Generator().manual_seed(cfg.seed * 4 + 1)
         self.g_aug = torch.Generator(device=self.device).manual_seed(_distributed.rank_seed(cfg.seed * 4 + 3, rank))
         self.hba = _load_hba(self.policy_arg, cfg.epochs, cfg.compile) if self.kind == "hba" else None
@@ -631,7 +645,7 @@ class _Trainer(_runner.WorkerBase):
                 yield x.to(dev, non_blocking=True), self.train_labels[idx.to(dev)], size
             return
         for idx, size, keys in zip(index_batches, sizes, keyed, strict=True):
-            with torch.random.fork_rng(devices=[]), _cpu_threads(torch.device("cpu")):
+            with _lanes.GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=[]), _cpu_threads(torch.device("cpu")):
                 x = torch.stack([self.dataset[k] for k in keys])
             yield x.to(dev, non_blocking=True), self.train_labels[idx.to(dev)], size
 
@@ -861,6 +875,15 @@ def train_and_evaluate(
         ValueError: bad settings, data that does not fit, or an incompatible checkpoint.
         TrainingDivergedError: a NaN/inf training loss; no result is written.
     """
+    load = (lambda: load_data(config)) if data is None else (lambda: (*data, "in-memory data passed to train_and_evaluate"))
+    return _train(config, out_dir, load, resume=resume, command=command, progress=progress, log=log,
+                  on_epoch_end=on_epoch_end)
+
+
+def _train(config: TrainConfig, out_dir: str | os.PathLike[str], load: Callable[[], tuple[Any, Any, str]], *,
+           resume: bool, command: str | None, progress: bool | None, log: Callable[[str], None] | None,
+           on_epoch_end: Callable[[dict[str, Any]], None] | None) -> TrainResult:
+    """:func:`train_and_evaluate` with the data from ``load()`` (``(train, test, source)``)."""
     def introduce(trainer: _Trainer) -> str:
         world = trainer.dist.world_size
         processes = f" x {world} processes (DDP, {config.batch_size // world}+ images each)" if world > 1 else ""
@@ -880,8 +903,7 @@ def train_and_evaluate(
     trainer, out, files, command, log = _runner.drive(
         config, out_dir, lambda train, test, log: _Trainer(config, train, test, log), what="run",
         file_names={"result": RESULT_FILE, "history": HISTORY_FILE, "checkpoint": CHECKPOINT_FILE},
-        guarded=("result", "checkpoint"), records_file="history",
-        load=(lambda: load_data(config)) if data is None else (lambda: (*data, "in-memory data passed to train_and_evaluate")),
+        guarded=("result", "checkpoint"), records_file="history", load=load,
         introduce=introduce, report=report, seconds_key="seconds", desc=f"train {config.policy}", unit="step",
         resume=resume, command=command, progress=progress, log=log, on_epoch_end=on_epoch_end,
     )
@@ -926,3 +948,79 @@ def train_and_evaluate(
         f"wrote {files['result']}")
     return TrainResult(test_error=summary["test_error"], test_loss=summary["test_loss"], history=trainer.records,
                        summary=summary, out_dir=out, files=files)
+
+
+#: Model families whose training draws from torch's default generator (Shake-Shake's coefficients,
+#: ShakeDrop), which lanes share: with them, one run per process.
+_DRAWING_FAMILIES = frozenset({"shake-shake", "pyramidnet"})
+
+
+def train_side_by_side(
+    configs: Sequence[TrainConfig],
+    out_dirs: Sequence[str | os.PathLike[str]],
+    *,
+    resume: bool = False,
+    command: str | None = None,
+    log: Callable[[str], None] | None = None,
+) -> list[_lanes.Outcome[TrainResult]]:
+    """Train several runs at the same time in this process, each as :func:`train_and_evaluate` would alone.
+
+    Each run is a lane (:mod:`hba_augment._lanes`): a thread and, on CUDA, a stream of its own, so that on a
+    GPU the runs' kernels share it (with ``cuda_graphs`` a step costs its thread one launch). Each run
+    writes its own files into its own folder, resumes from its own checkpoint and ends with the result it
+    would have alone (on the CPU bit for bit; on CUDA up to cuDNN's nondeterminism, as always). Runs that
+    read the same images (e.g. seeds with a fixed ``subset_seed``) share one copy, loaded once. One run
+    that fails does not stop the others.
+
+    Args:
+        configs: the runs' settings, all on one device.
+        out_dirs: one output folder each, all different.
+        resume: as :func:`train_and_evaluate`'s, for every run.
+        command: the command line recorded in each result (``None``: ``sys.argv``).
+        log: receives every run's lines, each prefixed with its folder's name (default: stderr).
+
+    Returns:
+        One :class:`~hba_augment._lanes.Outcome` per run: its :class:`TrainResult`, or the error it raised.
+
+    Raises:
+        ValueError: no runs, folders not one per run or repeated, runs on different devices, ``compile``,
+            a process group (torchrun), or, with several runs, a model whose training draws from torch's
+            default generator (Shake-Shake, PyramidNet).
+    """
+    if not configs or len(configs) != len(out_dirs):
+        raise ValueError(f"need one output folder per run, got {len(configs)} runs and {len(out_dirs)} folders")
+    outs = [Path(out) for out in out_dirs]
+    resolved = [str(out.expanduser().resolve()) for out in outs]
+    if len(set(resolved)) != len(resolved):
+        raise ValueError(f"every run needs its own output folder, got {[str(out) for out in outs]}")
+    devices = {torch.device(config.device) for config in configs}
+    if len(devices) != 1:
+        raise ValueError(f"runs side by side share one device, got {sorted(map(str, devices))}")
+    if len(configs) > 1:
+        if any(config.compile for config in configs):
+            raise ValueError(f"{_cli_common.option('compile', True)} trains one run per process")
+        if _distributed.launched():
+            raise ValueError("runs side by side run in one process, not under torchrun")
+        drawing = sorted({config.model for config in configs if model_family(config.model) in _DRAWING_FAMILIES})
+        if drawing:
+            raise ValueError(f"{', '.join(drawing)} draw from torch's default generator while training, which "
+                             "runs side by side would share: train these one run per process")
+    emit = _runner.stderr_log if log is None else log
+    loaded: dict[tuple[Any, ...], tuple[Any, Any, str]] = {}
+    loading = threading.Lock()
+
+    def load(config: TrainConfig) -> tuple[Any, Any, str]:
+        with loading:  # the first run of a key loads it, the others wait for it
+            key = _data_key(config)
+            if key not in loaded:
+                loaded[key] = load_data(config)
+            return loaded[key]
+
+    def run(config: TrainConfig, out: Path) -> TrainResult:
+        prefix = f"[{out.name}] " if len(configs) > 1 else ""
+        return _train(config, out, lambda: load(config), resume=resume, command=command,
+                      progress=False if len(configs) > 1 else None, log=lambda line: emit(prefix + line),
+                      on_epoch_end=None)
+
+    return _lanes.side_by_side([functools.partial(run, config, out) for config, out in zip(configs, outs, strict=True)],
+                               next(iter(devices)))

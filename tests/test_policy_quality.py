@@ -1,0 +1,35 @@
+"""benchmarks/policy_quality.py --lanes: seeds of a policy share a process, and each run's record is the one it
+would have alone (the runs' equality with runs alone: tests/test_lanes.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run(data_dir: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, str(REPO / "benchmarks" / "policy_quality.py"), "--dataset", "cifar10", "--data-dir",
+           str(data_dir), "--policies", "none,cutout", "--seeds", "0,1", "--epochs", "1", "--train-size", "64",
+           "--test-size", "64", "--extra", "--batch-size 32 --num-workers 0", "--out", str(out), *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
+
+
+def test_lanes_group_the_seeds_of_a_policy_and_keep_one_record_per_run(cifar_dir: Path, tmp_path: Path):
+    lanes = _run(cifar_dir, tmp_path, "--lanes", "2")
+    assert lanes.returncode == 0, lanes.stdout + lanes.stderr
+    logs = {p.parent.name: p.read_text() for p in (tmp_path / "runs").glob("*/log.txt")}
+    assert sorted(logs) == ["cutout-seed0", "none-seed0"]  # one process per policy, its log in the first run
+    assert "--seed 0,1" in logs["none-seed0"] and "none-seed{seed}" in logs["none-seed0"]
+    records = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "results").glob("*.json")}
+    assert sorted(records) == ["cutout-seed0", "cutout-seed1", "none-seed0", "none-seed1"]
+    for name, record in records.items():
+        seed = int(name[-1])
+        assert record["result"]["config"]["seed"] == seed
+        assert record["key"][record["key"].index("--seed") + 1] == str(seed)  # the run's own command
+    # Keyed by each run's own command: the same runs without lanes are all found done.
+    again = _run(cifar_dir, tmp_path, "--report-only")
+    assert again.returncode == 0 and "4 of 4 runs done" in again.stdout
