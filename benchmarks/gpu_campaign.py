@@ -21,6 +21,11 @@ log), ``schedules/`` (the controls: ``start-<search>.json``, each search's start
 ``<split>/results/*.json`` (one record per finished run, reused by later invocations) and
 ``<split>/policy_quality.md``. Commit them after each call; the next call (the repository travels) skips what is done.
 
+Each entry of ``evals`` is a folder of records, named ``val`` or ``test`` after the split its runs are
+tested on, or named freely with that split as its ``eval_split`` (e.g. more seeds of a few policies on the
+test split, kept apart from the main table; ``benchmarks/paired.py`` reads several tables at once). Entries
+start in the plan's order.
+
 Policies in a plan: torchvision's (``trivialaugment``, ``autoaugment``, ``randaugment``), the training
 baselines (``none``, ``baseline``, ``cutout``), ``pba`` (PBA's published schedule), ``pba-last`` (its last
 policy held for every epoch: PBA without its curriculum), ``start:<search>`` (that
@@ -64,7 +69,7 @@ TORCHVISION_POLICIES = ("none", "baseline", "cutout", "autoaugment", "randaugmen
 PBA_CONTROLS = ("pba", "pba-last")
 _PLAN_KEYS = {"name", "description", "data", "dataset", "search_args", "train", "searches", "evals"}
 _TRAIN_KEYS = {"model", "epochs", "train_size", "preset", "extra", "wall_seconds"}
-_SPLIT_KEYS = {"seeds", "policies", "test_size"}
+_SPLIT_KEYS = {"seeds", "policies", "test_size", "eval_split"}
 
 
 def _is_population(options: str) -> bool:
@@ -89,9 +94,10 @@ def load_plan(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ValueError(f"plan {path}: train.wall_seconds maps processes at once (a positive integer) to the "
                          f"seconds one training then takes, got {walls!r}")
     for split, spec in plan["evals"].items():
-        if split not in ("val", "test") or not set(spec) <= _SPLIT_KEYS or not spec.get("policies"):
-            raise ValueError(f"plan {path}: evals.{split} must be 'val' or 'test' with keys {sorted(_SPLIT_KEYS)} "
-                             f"and a non-empty policies list")
+        if (spec.get("eval_split", split) not in ("val", "test") or not set(spec) <= _SPLIT_KEYS
+                or not spec.get("policies")):
+            raise ValueError(f"plan {path}: evals.{split} must be 'val' or 'test', or name one as its eval_split, "
+                             f"with keys {sorted(_SPLIT_KEYS)} and a non-empty policies list")
         for policy in spec["policies"]:
             kind, _, name = policy.partition(":")
             if kind in ("start", "null") and name not in plan["searches"]:
@@ -249,7 +255,7 @@ class Campaign:
     def policy_quality(self, split: str, policies: list[str], *options: str) -> list[str]:
         """The ``policy_quality.py`` command of ``policies`` on ``split``: the plan's protocol, then ``options``."""
         spec, train = self.plan["evals"][split], self.plan["train"]
-        extra = (train.get("extra", "") + (" --eval-split val" if split == "val" else "")
+        extra = (train.get("extra", "") + (" --eval-split val" if spec.get("eval_split", split) == "val" else "")
                  + (" --cuda-graphs" if self.args.cuda_graphs else ""))
         cmd = [sys.executable, str(REPO / "benchmarks" / "policy_quality.py"), *options, "--dataset",
                self.plan.get("dataset", "imagefolder"), "--data-dir", str(self.data), "--preset",

@@ -27,10 +27,19 @@ from pathlib import Path
 from scipy import stats
 
 
-def load_errors(table: Path) -> dict[str, dict[int, float]]:
-    """Each policy's test (or validation) error per training seed, from a ``policy_quality.json``."""
-    rows = json.loads(table.read_text())["rows"]
-    return {row["policy"]: dict(zip(row["seeds"], row["test_errors"], strict=True)) for row in rows}
+def load_errors(*tables: Path) -> dict[str, dict[int, float]]:
+    """Each policy's test (or validation) error per training seed, from one or more ``policy_quality.json``
+    (e.g. a plan's main table and one of more seeds of a few policies); ``ValueError`` when two tables hold
+    the same policy and seed."""
+    errors: dict[str, dict[int, float]] = {}
+    for table in tables:
+        for row in json.loads(table.read_text())["rows"]:
+            own = errors.setdefault(row["policy"], {})
+            for seed, error in zip(row["seeds"], row["test_errors"], strict=True):
+                if seed in own:
+                    raise ValueError(f"{row['policy']!r} seed {seed} is in more than one table ({table})")
+                own[seed] = error
+    return errors
 
 
 def compare(a: dict[int, float], b: dict[int, float]) -> dict[str, object]:
@@ -64,19 +73,24 @@ def _fmt(value: object, spec: str = "+.2f") -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("table", type=Path, help="a policy_quality.json")
+    p.add_argument("table", type=lambda text: [Path(t) for t in text.split(",")],
+                   help="a policy_quality.json, or several, comma-separated (their seeds joined per policy)")
     p.add_argument("policies", nargs="+", help="pairs A B A B ... (or A=B ...)")
     p.add_argument("--out", type=Path, help="also write the markdown table here")
     args = p.parse_args(argv)
-    errors = load_errors(args.table)
-    lines = [f"Seed-by-seed comparisons from `{args.table}` (`python benchmarks/paired.py "
+    try:
+        errors = load_errors(*args.table)
+    except ValueError as e:
+        raise SystemExit(f"paired: {e}") from None
+    tables = ", ".join(f"`{t}`" for t in args.table)
+    lines = [f"Seed-by-seed comparisons from {tables} (`python benchmarks/paired.py "
              f"{' '.join(sys.argv[1:] if argv is None else argv)}`):", "",
              "| A | B | seeds | A's errors | B's errors | mean A - B | sd | paired t | paired p | Welch p |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for a, b in _pairs(args.policies):
         missing = [name for name in (a, b) if name not in errors]
         if missing:
-            raise SystemExit(f"paired: {missing[0]!r} is not a policy of {args.table} ({', '.join(errors)})")
+            raise SystemExit(f"paired: {missing[0]!r} is not a policy of {tables} ({', '.join(errors)})")
         c = compare(errors[a], errors[b])
         lines.append(f"| {a} | {b} | {','.join(map(str, c['seeds']))} | {', '.join(f'{e:.2f}' for e in c['a'])} | "
                      f"{', '.join(f'{e:.2f}' for e in c['b'])} | {_fmt(c['mean_difference'])} | "

@@ -62,6 +62,7 @@ def test_a_campaign_searches_judges_and_packs(data_dir: Path, tmp_path: Path):
     ({"evals": {"val": {"seeds": [0], "policies": ["start:nope"]}}}, "'start:nope' names no search"),
     ({"evals": {"val": {"seeds": [0], "policies": ["autoaugmentt"]}}}, "unknown policy 'autoaugmentt'"),
     ({"evals": {"train": {"seeds": [0], "policies": ["none"]}}}, "must be 'val' or 'test'"),
+    ({"evals": {"more": {"seeds": [3], "policies": ["none"], "eval_split": "train"}}}, "must be 'val' or 'test'"),
     ({"evals": {"val": {"seeds": [0], "policies": ["null:s"]}}}, "'null:s' needs a search with --objective population"),
 ])
 def test_bad_plans_are_refused(tmp_path: Path, change, match):
@@ -263,3 +264,20 @@ def test_lanes_ask_for_a_process_per_group_of_seeds(tmp_path: Path, monkeypatch)
     assert started == [3]
     cmd = campaign.policy_quality("test", ["none"])
     assert cmd[cmd.index("--lanes") + 1] == "3" and "--cuda-graphs" in cmd[cmd.index("--extra") + 1]
+
+
+def test_a_folder_of_more_seeds_tests_on_its_eval_split(tmp_path: Path):
+    """An ``evals`` entry named freely: its records in its own folder, its runs on its ``eval_split``."""
+    import argparse
+
+    plan = {**_TINY, "evals": {"more": {"seeds": [3, 4], "policies": ["none"], "eval_split": "val"},
+                               "test": {"seeds": [0], "policies": ["none"]}}}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    campaign = gpu_campaign.Campaign(gpu_campaign.load_plan(path), argparse.Namespace(
+        out=str(tmp_path / "c"), data_root=str(tmp_path), budget=1.0, device="cpu", threads=1, lanes=1,
+        cuda_graphs=False))
+    more, test = campaign.policy_quality("more", ["none"]), campaign.policy_quality("test", ["none"])
+    assert more[more.index("--out") + 1] == str(tmp_path / "c" / "more")
+    assert more[more.index("--seeds") + 1] == "3,4" and "--eval-split val" in more[more.index("--extra") + 1]
+    assert "--eval-split" not in test[test.index("--extra") + 1]

@@ -46,3 +46,14 @@ def test_the_table_and_its_mistakes(table: Path, tmp_path: Path, capsys):
         paired.main([str(table), "a", "d"])
     with pytest.raises(SystemExit, match="in pairs"):
         paired.main([str(table), "a", "b", "c"])
+
+
+def test_several_tables_join_their_seeds_per_policy(table: Path, tmp_path: Path):
+    more = tmp_path / "more.json"
+    more.write_text(json.dumps({"rows": [{"policy": "a", "seeds": [3, 4], "test_errors": [19.5, 19.8]},
+                                         {"policy": "b", "seeds": [3, 4], "test_errors": [20.1, 20.2]}]}))
+    out = tmp_path / "paired.md"
+    assert paired.main([f"{table},{more}", "a", "b", "--out", str(out)]) == 0
+    assert "| a | b | 0,1,2,3,4 | 19.40, 19.70, 19.60, 19.50, 19.80 |" in out.read_text()
+    with pytest.raises(SystemExit, match="'a' seed 0 is in more than one table"):
+        paired.main([f"{table},{table}", "a", "b"])
