@@ -17,6 +17,13 @@
   the policy it ramps to? (The ops applied, not the probabilities, ramp linearly: with 30 slots and at most
   K ops per image, slot probabilities saturate: PBA's schedule applies no op for its first 12 epochs, then
   1.23 of its final 1.30 ops per image from epoch 12 on, where its mean probability is only 0.11.)
+- ``strength``: the learned schedule's last entry, its probabilities held and every magnitude moved from the
+  op's identity (its mildest setting: 0, or factor 1 for the four enhancers) at the first entry linearly to
+  the entry's own at the fraction ``--strength-ramp`` of the entries, then held: mild images early, the
+  policy's own at the end, the other common curriculum besides the op-count ramp above (which holds the
+  magnitudes). Does it help a strong policy? (It is not PBA's curriculum: PBA's probability-weighted mean
+  strength rises only from 0.38 in epochs 12-40 to 0.47 in 160-200, while its mean slot probability rises
+  from 0.13 to 0.52.)
 - ``shuffled``: the learned schedule with its op identities permuted (same probabilities and relative
   magnitudes, wrong ops): is it the choice of ops that helps, or just the amount of augmentation?
 
@@ -64,6 +71,7 @@ IMAGE_SIZE = 32
 _LOW = np.array([s.low if s.has_magnitude else np.nan for s in OPS])
 _HIGH = np.array([s.high if s.has_magnitude else np.nan for s in OPS])
 _HAS_MAG = np.array([s.has_magnitude for s in OPS])
+_IDENTITY = np.array([s.identity if s.has_magnitude else np.nan for s in OPS])
 #: Entries of a ramped control: PBA's schedule has one per epoch of its 200-epoch search; 100 make the ramp
 #: smooth enough for any run.
 RAMP_ENTRIES = 100
@@ -228,6 +236,41 @@ def ramped_schedule(learned: Schedule, ramp: float, entries: int = RAMP_ENTRIES)
                         "note": "a comparison control for benchmarks; never shipped"})
 
 
+def strength_ramped_schedule(learned: Schedule, ramp: float, entries: int = RAMP_ENTRIES) -> Schedule:
+    """``learned``'s last entry over ``entries`` entries, probabilities held, every magnitude at entry ``e``
+    ``identity + min(1, e / (ramp * (entries - 1))) * (m - identity)``: the op's identity (the contract,
+    section 1: 0, or the enhancers' factor 1) at the first entry, the entry's own from ``ramp`` of the
+    entries on. Ops without a magnitude (AutoContrast, Invert, Equalize) are unchanged.
+
+    Raises:
+        ValueError: ``ramp`` not in (0, 1], or ``entries`` < 2.
+    """
+    if isinstance(ramp, bool) or not isinstance(ramp, (int, float)) or not 0 < ramp <= 1:
+        raise ValueError(f"ramp must be a fraction of the entries in (0, 1], got {ramp!r}")
+    if isinstance(entries, bool) or not isinstance(entries, int) or entries < 2:
+        raise ValueError(f"entries must be an int >= 2, got {entries!r}")
+    share = np.minimum(1.0, np.arange(entries) / (ramp * (entries - 1)))[:, None, None]
+    mag = np.where(_HAS_MAG, _IDENTITY + share * (learned.mag[-1] - _IDENTITY), np.nan)
+    return Schedule(np.broadcast_to(learned.prob[-1], (entries, 2, NUM_OPS)), mag,
+                    name=f"{learned.name}-strength{round(100 * ramp)}", count_probs=learned.count_probs, provenance={
+                        "control": f"the last entry of {learned.name}, probabilities held, magnitudes rising "
+                                   f"linearly from each op's identity to the entry's over the first {ramp:.0%} of "
+                                   f"its {entries} entries",
+                        "note": "a comparison control for benchmarks; never shipped"})
+
+
+def mean_strength(schedule: Schedule) -> np.ndarray:
+    """Per entry, the slots' mean strength weighted by their probabilities (NaN where no magnitude slot may
+    fire): a magnitude's strength is its distance from the op's identity as a fraction of the farthest its
+    range reaches (0 mildest, 1 strongest; ops without a magnitude left out)."""
+    span = np.maximum(np.abs(_HIGH - _IDENTITY), np.abs(_LOW - _IDENTITY))
+    strength = np.abs(schedule.mag - _IDENTITY) / span
+    weight = np.where(_HAS_MAG, schedule.prob, 0.0)
+    total = weight.sum(axis=(1, 2))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, np.nansum(weight * strength, axis=(1, 2)) / total, np.nan)
+
+
 def shuffled_schedule(learned: Schedule, seed: int = 0) -> tuple[Schedule, list[str]]:
     """``learned`` with op identities permuted: op ``k``'s probabilities and relative magnitudes go to op
     ``perm[k]``, at every entry and in both copies (a derangement: every op moves).
@@ -267,13 +310,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--delay", type=int, help="also write delayed.json: the learned schedule this many entries late")
     p.add_argument("--ramp", type=float, help="also write ramped.json: the learned schedule's last entry, the "
                    "number of ops it applies per image ramped up from 0 over this fraction of the epochs")
-    p.add_argument("--out", required=True, help="folder for pba.json, initial.json, last.json, mean.json, shuffled.json "
-                   "(and delayed.json, ramped.json)")
+    p.add_argument("--strength-ramp", type=float, help="also write strength.json: the learned schedule's last entry, "
+                   "its magnitudes rising from the ops' identities over this fraction of the epochs")
+    p.add_argument("--profile", type=int, metavar="N",
+                   help="only print the learned schedule's mean slot probability and mean strength (mean_strength) "
+                   "over N equal parts of its entries")
+    p.add_argument("--out", help="folder for pba.json, initial.json, last.json, mean.json, shuffled.json "
+                   "(and delayed.json, ramped.json, strength.json)")
     args = p.parse_args(argv)
     from hba_augment import pretrained
 
     learned = (pretrained.load_pretrained(args.learned) if args.learned in pretrained.available_policies()
                else Schedule.load(args.learned))
+    if args.profile:
+        strength = mean_strength(learned)
+        for part in np.array_split(np.arange(learned.epochs), args.profile):
+            print(f"entries {part[0]}-{part[-1]}: mean p {learned.prob[part].mean():.3f}, mean strength "
+                  f"{np.nanmean(strength[part]) if np.isfinite(strength[part]).any() else float('nan'):.3f}")
+        return 0
+    if args.out is None:
+        p.error("--out is required (unless --profile)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     shuffled, perm = shuffled_schedule(learned, args.seed)
@@ -281,7 +337,9 @@ def main(argv: list[str] | None = None) -> int:
                            ("last", last_entry_schedule(learned)), ("mean", mean_schedule(learned)),
                            ("shuffled", shuffled),
                            *((("delayed", delayed_schedule(learned, args.delay)),) if args.delay else ()),
-                           *((("ramped", ramped_schedule(learned, args.ramp)),) if args.ramp is not None else ())):
+                           *((("ramped", ramped_schedule(learned, args.ramp)),) if args.ramp is not None else ()),
+                           *((("strength", strength_ramped_schedule(learned, args.strength_ramp)),)
+                             if args.strength_ramp is not None else ())):
         schedule.save(out / f"{name}.json")
         ops = schedule.prob.sum(axis=(1, 2))
         print(f"{name}: {schedule.epochs} entries, expected fired slots per entry (sum of p) "

@@ -169,6 +169,40 @@ def test_ramped_control_applies_ops_linearly_more_up_to_the_last_entry_and_holds
         cs.ramped_schedule(learned, 0.5, entries=1)
 
 
+def test_strength_control_moves_every_magnitude_from_its_identity_and_keeps_the_mix(cs):
+    from hba_augment.functional import OPS
+
+    rng = np.random.default_rng(0)
+    low = np.array([o.low if o.has_magnitude else np.nan for o in OPS])
+    high = np.array([o.high if o.has_magnitude else np.nan for o in OPS])
+    mag = low + rng.random((3, 2, NUM_OPS)) * (high - low)
+    prob = rng.random((3, 2, NUM_OPS))
+    learned = Schedule(prob, mag, name="learned")
+    ramped = cs.strength_ramped_schedule(learned, 0.5, entries=11)
+    assert ramped.epochs == 11 and ramped.name == "learned-strength50"
+    np.testing.assert_array_equal(ramped.prob, np.broadcast_to(prob[-1], (11, 2, NUM_OPS)))
+    identity = np.array([o.identity if o.has_magnitude else np.nan for o in OPS])
+    np.testing.assert_array_equal(ramped.mag[0], np.broadcast_to(identity, (2, NUM_OPS)))  # 0, or factor 1
+    np.testing.assert_allclose(ramped.mag[5:], np.broadcast_to(mag[-1], (6, 2, NUM_OPS)))
+    np.testing.assert_allclose(ramped.mag[2], identity + 0.4 * (mag[-1] - identity))
+    assert np.isnan(ramped.mag[:, :, [o.name for o in OPS].index("Equalize")]).all()
+    with pytest.raises(ValueError, match="ramp must be"):
+        cs.strength_ramped_schedule(learned, 0)
+
+
+def test_mean_strength_weighs_each_slot_s_distance_from_identity_by_its_probability(cs):
+    from hba_augment.functional import OPS
+
+    names = [o.name for o in OPS]
+    prob = np.zeros((2, 2, NUM_OPS))
+    mag = np.array([[o.identity if o.has_magnitude else np.nan for o in OPS]] * 2)[None].repeat(2, axis=0)
+    prob[1, 0, names.index("Rotate")], mag[1, 0, names.index("Rotate")] = 0.5, 15.0  # half of 30 degrees
+    prob[1, 1, names.index("Contrast")], mag[1, 1, names.index("Contrast")] = 0.25, 0.1  # factor 0.1: strongest
+    prob[1, 1, names.index("Equalize")] = 1.0  # no magnitude: left out
+    strength = cs.mean_strength(Schedule(prob, mag, name="s"))
+    assert np.isnan(strength[0]) and strength[1] == pytest.approx((0.5 * 0.5 + 0.25 * 1.0) / 0.75)
+
+
 def test_policy_items_and_labels(pq):
     assert pq._policy_arg("hba", "cifar10") == "hba:cifar10"
     assert pq._policy_arg("pba=hba:x/pba.json", "cifar10") == "hba:x/pba.json"
