@@ -79,6 +79,22 @@ def _is_population(options: str) -> bool:
         a == "--objective" and b == "population" for a, b in itertools.pairwise(tokens))
 
 
+def check_wall_seconds(walls: Any) -> dict[str, float]:
+    """A ``wall_seconds`` table (``{"<processes at once>": <seconds one training then takes>}``), checked."""
+    if not isinstance(walls, dict) or not all(
+            str(k).isdigit() and int(k) > 0 and isinstance(v, int | float) and v > 0 for k, v in walls.items()):
+        raise ValueError(f"wall_seconds maps processes at once (a positive integer) to the seconds one training "
+                         f"then takes, got {walls!r}")
+    return walls
+
+
+def _wall_seconds(text: str) -> dict[str, float]:
+    try:
+        return check_wall_seconds(json.loads(text))
+    except (json.JSONDecodeError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def load_plan(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and check a plan file; ``ValueError`` naming the first problem."""
     plan = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -88,11 +104,10 @@ def load_plan(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ValueError(f"plan {path}: unknown keys {sorted(unknown)}, missing keys {sorted(missing)}")
     if not set(plan["train"]) <= _TRAIN_KEYS:
         raise ValueError(f"plan {path}: train takes {sorted(_TRAIN_KEYS)}, got {sorted(plan['train'])}")
-    walls = plan["train"].get("wall_seconds", {})
-    if not isinstance(walls, dict) or not all(
-            str(k).isdigit() and int(k) > 0 and isinstance(v, int | float) and v > 0 for k, v in walls.items()):
-        raise ValueError(f"plan {path}: train.wall_seconds maps processes at once (a positive integer) to the "
-                         f"seconds one training then takes, got {walls!r}")
+    try:
+        check_wall_seconds(plan["train"].get("wall_seconds", {}))
+    except ValueError as e:
+        raise ValueError(f"plan {path}: train.{e}") from None
     for split, spec in plan["evals"].items():
         if (spec.get("eval_split", split) not in ("val", "test") or not set(spec) <= _SPLIT_KEYS
                 or not spec.get("policies")):
@@ -158,12 +173,14 @@ class Campaign:
 
     def run_seconds(self, at_once: int) -> float:
         """Seconds one training needs while ``at_once`` device processes run (searches' workers included), from
-        the plan's measured ``train.wall_seconds`` (linear between its counts; beyond the largest, in proportion
-        to the count; below the smallest, the smallest's), at least ``--min-eval-seconds``. Runs on one GPU are
+        ``--wall-seconds``, else the plan's measured ``train.wall_seconds`` (linear between its counts; beyond
+        the largest, in proportion to the count; below the smallest, the smallest's), at least
+        ``--min-eval-seconds``. Runs on one GPU are
         bound by kernel launches on the host, so each one slows as more share it: on 2026-11-27 eight trainings
         started with 315 s left on an H100 and none finished, where four beside a 4-process search had taken
         281-284 s."""
-        table = sorted((int(k), float(v)) for k, v in self.plan["train"].get("wall_seconds", {}).items())
+        walls = self.args.wall_seconds or self.plan["train"].get("wall_seconds", {})
+        table = sorted((int(k), float(v)) for k, v in walls.items())
         if not table:
             return self.args.min_eval_seconds
         counts, seconds = zip(*table, strict=True)
@@ -367,6 +384,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lanes", type=int, default=1,
                    help="trainings per process: up to this many seeds of a policy side by side in one process "
                    "(policy_quality.py --lanes; a process counts one against --max-procs; default: 1)")
+    p.add_argument("--wall-seconds", type=_wall_seconds, metavar="JSON",
+                   help="this call's table of how long one training takes at N processes at once, instead of the "
+                   "plan's (e.g. measured just before for --lanes: benchmarks/pick_layout.py)")
     p.add_argument("--cuda-graphs", action="store_true",
                    help="train with --cuda-graphs (speed only: records keep their keys; default: off)")
     which = p.add_mutually_exclusive_group()
