@@ -24,6 +24,10 @@
   magnitudes). Does it help a strong policy? (It is not PBA's curriculum: PBA's probability-weighted mean
   strength rises only from 0.38 in epochs 12-40 to 0.47 in 160-200, while its mean slot probability rises
   from 0.13 to 0.52.)
+- ``reversed`` and ``time-shuffled``: the learned schedule's entries in reverse order, or in a random order
+  (``--seed``): the same policies for the same number of epochs each. Against the schedule and its mean
+  held, do they tell that the order of the policies matters (a curriculum), or only that they change over
+  time?
 - ``shuffled``: the learned schedule with its op identities permuted (same probabilities and relative
   magnitudes, wrong ops): is it the choice of ops that helps, or just the amount of augmentation?
 
@@ -259,6 +263,27 @@ def strength_ramped_schedule(learned: Schedule, ramp: float, entries: int = RAMP
                         "note": "a comparison control for benchmarks; never shipped"})
 
 
+def reordered_schedule(learned: Schedule, order: str, seed: int = 0) -> Schedule:
+    """``learned``'s entries reversed (``order="reversed"``) or permuted at random (``"shuffled"``, with
+    ``seed``): the same policies, each for as many epochs, in another order.
+
+    Raises:
+        ValueError: an unknown ``order``, or a schedule of one entry.
+    """
+    if order not in ("reversed", "shuffled"):
+        raise ValueError(f"order must be 'reversed' or 'shuffled', got {order!r}")
+    if learned.epochs < 2:
+        raise ValueError(f"{learned.name} has one entry: there is no order to change")
+    index = (np.arange(learned.epochs)[::-1] if order == "reversed"
+             else np.random.default_rng(seed).permutation(learned.epochs))
+    how = "in reverse order" if order == "reversed" else f"in a random order (seed {seed})"
+    suffix = "reversed" if order == "reversed" else f"time-shuffled{seed}"
+    return Schedule(learned.prob[index], learned.mag[index], name=f"{learned.name}-{suffix}",
+                    count_probs=learned.count_probs, provenance={
+                        "control": f"the {learned.epochs} entries of {learned.name} {how}",
+                        "order": index.tolist(), "note": "a comparison control for benchmarks; never shipped"})
+
+
 def mean_strength(schedule: Schedule) -> np.ndarray:
     """Per entry, the slots' mean strength weighted by their probabilities (NaN where no magnitude slot may
     fire): a magnitude's strength is its distance from the op's identity as a fraction of the farthest its
@@ -312,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
                    "number of ops it applies per image ramped up from 0 over this fraction of the epochs")
     p.add_argument("--strength-ramp", type=float, help="also write strength.json: the learned schedule's last entry, "
                    "its magnitudes rising from the ops' identities over this fraction of the epochs")
+    p.add_argument("--reorder", action="store_true",
+                   help="also write reversed.json and time-shuffled.json (--seed): the learned schedule's entries in "
+                   "reverse and in a random order")
     p.add_argument("--profile", type=int, metavar="N",
                    help="only print the learned schedule's mean slot probability and mean strength (mean_strength) "
                    "over N equal parts of its entries")
@@ -339,7 +367,10 @@ def main(argv: list[str] | None = None) -> int:
                            *((("delayed", delayed_schedule(learned, args.delay)),) if args.delay else ()),
                            *((("ramped", ramped_schedule(learned, args.ramp)),) if args.ramp is not None else ()),
                            *((("strength", strength_ramped_schedule(learned, args.strength_ramp)),)
-                             if args.strength_ramp is not None else ())):
+                             if args.strength_ramp is not None else ()),
+                           *((("reversed", reordered_schedule(learned, "reversed")),
+                              ("time-shuffled", reordered_schedule(learned, "shuffled", args.seed)))
+                             if args.reorder else ())):
         schedule.save(out / f"{name}.json")
         ops = schedule.prob.sum(axis=(1, 2))
         print(f"{name}: {schedule.epochs} entries, expected fired slots per entry (sum of p) "

@@ -190,6 +190,26 @@ def test_strength_control_moves_every_magnitude_from_its_identity_and_keeps_the_
         cs.strength_ramped_schedule(learned, 0)
 
 
+def test_reordered_controls_keep_every_entry_and_change_only_their_order(cs):
+    from hba_augment.functional import OPS
+
+    rng = np.random.default_rng(1)
+    prob = rng.random((6, 2, NUM_OPS))
+    mag = np.broadcast_to([o.low if o.has_magnitude else np.nan for o in OPS], (6, 2, NUM_OPS))
+    learned = Schedule(prob, mag, name="learned")
+    rev = cs.reordered_schedule(learned, "reversed")
+    np.testing.assert_array_equal(rev.prob, prob[::-1])
+    shuffled = cs.reordered_schedule(learned, "shuffled", seed=3)
+    order = shuffled.provenance["order"]
+    assert sorted(order) == list(range(6)) and order != list(range(6)) and shuffled.name == "learned-time-shuffled3"
+    np.testing.assert_array_equal(shuffled.prob, prob[order])
+    assert cs.reordered_schedule(learned, "shuffled", seed=3).provenance["order"] == order  # seeded
+    with pytest.raises(ValueError, match="order must be"):
+        cs.reordered_schedule(learned, "sorted")
+    with pytest.raises(ValueError, match="one entry"):
+        cs.reordered_schedule(Schedule(prob[:1], mag[:1], name="one"), "reversed")
+
+
 def test_mean_strength_weighs_each_slot_s_distance_from_identity_by_its_probability(cs):
     from hba_augment.functional import OPS
 
