@@ -203,6 +203,14 @@ def delayed_schedule(learned: Schedule, delay: int) -> Schedule:
         "note": "a comparison control for benchmarks; never shipped"})
 
 
+def _check_ramp(ramp: float, entries: int) -> None:
+    """``ValueError`` unless ``ramp`` is in (0, 1] and ``entries`` >= 2 (the ramped controls' arguments)."""
+    if isinstance(ramp, bool) or not isinstance(ramp, (int, float)) or not 0 < ramp <= 1:
+        raise ValueError(f"ramp must be a fraction of the entries in (0, 1], got {ramp!r}")
+    if isinstance(entries, bool) or not isinstance(entries, int) or entries < 2:
+        raise ValueError(f"entries must be an int >= 2, got {entries!r}")
+
+
 def ramped_schedule(learned: Schedule, ramp: float, entries: int = RAMP_ENTRIES) -> Schedule:
     """``learned``'s last entry over ``entries`` entries (``HBAPolicy`` stretches a schedule to a run's epochs,
     so the ramp is a fraction of any run), magnitudes held, probabilities scaled at entry ``e`` by the factor
@@ -213,10 +221,7 @@ def ramped_schedule(learned: Schedule, ramp: float, entries: int = RAMP_ENTRIES)
     Raises:
         ValueError: ``ramp`` not in (0, 1], or ``entries`` < 2.
     """
-    if isinstance(ramp, bool) or not isinstance(ramp, (int, float)) or not 0 < ramp <= 1:
-        raise ValueError(f"ramp must be a fraction of the entries in (0, 1], got {ramp!r}")
-    if isinstance(entries, bool) or not isinstance(entries, int) or entries < 2:
-        raise ValueError(f"entries must be an int >= 2, got {entries!r}")
+    _check_ramp(ramp, entries)
     last = torch.tensor(learned.prob[-1], dtype=torch.float64)  # a copy: schedule arrays are read-only
 
     def applied(scale: float) -> float:
@@ -249,10 +254,7 @@ def strength_ramped_schedule(learned: Schedule, ramp: float, entries: int = RAMP
     Raises:
         ValueError: ``ramp`` not in (0, 1], or ``entries`` < 2.
     """
-    if isinstance(ramp, bool) or not isinstance(ramp, (int, float)) or not 0 < ramp <= 1:
-        raise ValueError(f"ramp must be a fraction of the entries in (0, 1], got {ramp!r}")
-    if isinstance(entries, bool) or not isinstance(entries, int) or entries < 2:
-        raise ValueError(f"entries must be an int >= 2, got {entries!r}")
+    _check_ramp(ramp, entries)
     share = np.minimum(1.0, np.arange(entries) / (ramp * (entries - 1)))[:, None, None]
     mag = np.where(_HAS_MAG, _IDENTITY + share * (learned.mag[-1] - _IDENTITY), np.nan)
     return Schedule(np.broadcast_to(learned.prob[-1], (entries, 2, NUM_OPS)), mag,

@@ -697,27 +697,21 @@ def test_population_needs_two_members(tmp_path: Path, capsys):
     assert "at least 2 members" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_worker_processes_give_the_in_process_search(fake_data, tmp_path: Path):
+@pytest.mark.parametrize("kw", [
     # Spawned processes import torch afresh (about 5 s each on a small machine): marked slow.
+    pytest.param({"population_procs": 2}, marks=pytest.mark.slow, id="processes"),
+    # Members at the same time in threads (on a GPU, a stream each): every draw is a member's own.
+    pytest.param({"population_lanes": 3}, id="lanes"),
+])
+def test_processes_and_lanes_give_the_in_process_search(fake_data, tmp_path: Path, kw):
+    """Bit for bit on the CPU, whatever runs the members."""
     local = run_population_search(_config(), tmp_path / "local", data=fake_data, plot=False, log=lambda m: None)
-    spawned = run_population_search(_config(population_procs=2), tmp_path / "procs", data=fake_data, plot=False,
-                                    log=lambda m: None)
-    np.testing.assert_array_equal(spawned.schedule.prob, local.schedule.prob)
-    np.testing.assert_array_equal(spawned.schedule.mag, local.schedule.mag)
-    assert _without_times(spawned.metrics) == _without_times(local.metrics)
-
-
-def test_members_in_lanes_give_the_search_one_after_another(fake_data, tmp_path: Path):
-    """``population_lanes``: members train at the same time in threads (on a GPU, a stream each); every draw is
-    a member's own, so the search is the same bit for bit on the CPU."""
-    local = run_population_search(_config(), tmp_path / "one", data=fake_data, plot=False, log=lambda m: None)
-    lanes = run_population_search(_config(population_lanes=3), tmp_path / "lanes", data=fake_data, plot=False,
-                                  log=lambda m: None)
-    np.testing.assert_array_equal(lanes.schedule.prob, local.schedule.prob)
-    np.testing.assert_array_equal(lanes.schedule.mag, local.schedule.mag)
-    assert _without_times(lanes.metrics) == _without_times(local.metrics)
-    assert lanes.schedule.provenance["population_lanes"] == 3
+    other = run_population_search(_config(**kw), tmp_path / "other", data=fake_data, plot=False, log=lambda m: None)
+    np.testing.assert_array_equal(other.schedule.prob, local.schedule.prob)
+    np.testing.assert_array_equal(other.schedule.mag, local.schedule.mag)
+    assert _without_times(other.metrics) == _without_times(local.metrics)
+    name, value = next(iter(kw.items()))
+    assert other.schedule.provenance[name] == value
 
 
 def test_a_worker_process_stops_when_its_driver_is_gone(fake_data, monkeypatch):
