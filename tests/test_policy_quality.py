@@ -19,7 +19,7 @@ def _run(data_dir: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[
 
 
 def test_lanes_group_the_seeds_of_a_policy_and_keep_one_record_per_run(cifar_dir: Path, tmp_path: Path):
-    lanes = _run(cifar_dir, tmp_path, "--lanes", "2")
+    lanes = _run(cifar_dir, tmp_path, "--lanes", "2", "--jobs", "2")
     assert lanes.returncode == 0, lanes.stdout + lanes.stderr
     logs = {p.parent.name: p.read_text() for p in (tmp_path / "runs").glob("*/log.txt")}
     assert sorted(logs) == ["cutout-seed0", "none-seed0"]  # one process per policy, its log in the first run
