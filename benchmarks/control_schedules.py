@@ -298,6 +298,19 @@ def mean_strength(schedule: Schedule) -> np.ndarray:
         return np.where(total > 0, np.nansum(weight * strength, axis=(1, 2)) / total, np.nan)
 
 
+def op_spread(schedule: Schedule) -> np.ndarray:
+    """Per entry, how evenly the ops an image is expected to receive spread over the 15 ops: the entropy of
+    the applied probabilities (:func:`~hba_augment.search.hyper_input.applied_probability`, both copies of
+    an op summed), normalised to 1 for all ops alike and 0 for one op alone (NaN where none fires)."""
+    prob = torch.tensor(schedule.prob, dtype=torch.float64)
+    applied = np.stack([applied_probability(p, schedule.count_probs).numpy().sum(axis=0) for p in prob])
+    total = applied.sum(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = applied / total
+        entropy = -np.where(share > 0, share * np.log(share), 0.0).sum(axis=1) / np.log(NUM_OPS)
+    return np.where(total[:, 0] > 0, entropy, np.nan)
+
+
 def shuffled_schedule(learned: Schedule, seed: int = 0) -> tuple[Schedule, list[str]]:
     """``learned`` with op identities permuted: op ``k``'s probabilities and relative magnitudes go to op
     ``perm[k]``, at every entry and in both copies (a derangement: every op moves).
@@ -343,8 +356,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="also write reversed.json and time-shuffled.json (--seed): the learned schedule's entries in "
                    "reverse and in a random order")
     p.add_argument("--profile", type=int, metavar="N",
-                   help="only print the learned schedule's mean slot probability and mean strength (mean_strength) "
-                   "over N equal parts of its entries")
+                   help="only print the learned schedule's mean slot probability, mean strength (mean_strength) and "
+                   "op spread (op_spread) over N equal parts of its entries")
     p.add_argument("--out", help="folder for pba.json, initial.json, last.json, mean.json, shuffled.json "
                    "(and delayed.json, ramped.json, strength.json)")
     args = p.parse_args(argv)
@@ -353,10 +366,14 @@ def main(argv: list[str] | None = None) -> int:
     learned = (pretrained.load_pretrained(args.learned) if args.learned in pretrained.available_policies()
                else Schedule.load(args.learned))
     if args.profile:
-        strength = mean_strength(learned)
-        for part in np.array_split(np.arange(learned.epochs), args.profile):
+        strength, spread = mean_strength(learned), op_spread(learned)
+
+        def mean(values: np.ndarray) -> float:
+            return float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
+
+        for part in np.array_split(np.arange(learned.epochs), min(args.profile, learned.epochs)):
             print(f"entries {part[0]}-{part[-1]}: mean p {learned.prob[part].mean():.3f}, mean strength "
-                  f"{np.nanmean(strength[part]) if np.isfinite(strength[part]).any() else float('nan'):.3f}")
+                  f"{mean(strength[part]):.3f}, op spread {mean(spread[part]):.3f}")
         return 0
     if args.out is None:
         p.error("--out is required (unless --profile)")

@@ -223,6 +223,17 @@ def test_mean_strength_weighs_each_slot_s_distance_from_identity_by_its_probabil
     assert np.isnan(strength[0]) and strength[1] == pytest.approx((0.5 * 0.5 + 0.25 * 1.0) / 0.75)
 
 
+def test_op_spread_is_one_for_all_ops_alike_and_zero_for_one_op(cs):
+    from hba_augment.functional import OPS
+
+    mag = np.broadcast_to([o.low if o.has_magnitude else np.nan for o in OPS], (3, 2, NUM_OPS))
+    prob = np.zeros((3, 2, NUM_OPS))
+    prob[1] = 0.3
+    prob[2, 0, 4] = 0.8
+    spread = cs.op_spread(Schedule(prob, mag, name="s"))
+    assert np.isnan(spread[0]) and spread[1] == pytest.approx(1.0) and spread[2] == pytest.approx(0.0)
+
+
 def test_policy_items_and_labels(pq):
     assert pq._policy_arg("hba", "cifar10") == "hba:cifar10"
     assert pq._policy_arg("pba=hba:x/pba.json", "cifar10") == "hba:x/pba.json"
