@@ -175,10 +175,9 @@ class Campaign:
         """Seconds one training needs while ``at_once`` device processes run (searches' workers included), from
         ``--wall-seconds``, else the plan's measured ``train.wall_seconds`` (linear between its counts; beyond
         the largest, in proportion to the count; below the smallest, the smallest's), at least
-        ``--min-eval-seconds``. Runs on one GPU are
-        bound by kernel launches on the host, so each one slows as more share it: on 2026-11-27 eight trainings
-        started with 315 s left on an H100 and none finished, where four beside a 4-process search had taken
-        281-284 s."""
+        ``--min-eval-seconds``. Runs on one GPU are bound by kernel launches on the host, so each one slows as
+        more share it: on 2026-11-27 eight trainings started with 315 s left on an H100 and none finished,
+        where four beside a 4-process search had taken 281-284 s."""
         walls = self.args.wall_seconds or self.plan["train"].get("wall_seconds", {})
         table = sorted((int(k), float(v)) for k, v in walls.items())
         if not table:

@@ -163,8 +163,8 @@ def run_train(args: argparse.Namespace, prog: str = "hba-augment train", command
 
     def _side_by_side(configs: list[Any], outs: list[str]) -> str:
         outcomes = train_side_by_side(configs, outs, resume=args.resume, command=command)
-        lines = [f"seed {seed}: {_describe(config, o.value)}" for seed, config, o in zip(args.seed, configs, outcomes, strict=True)
-                 if o.error is None]
+        lines = [f"seed {seed}: {_describe(config, o.value)}"
+                 for seed, config, o in zip(args.seed, configs, outcomes, strict=True) if o.error is None]
         failed = [(seed, o.error) for seed, o in zip(args.seed, outcomes, strict=True) if o.error is not None]
         if not failed:
             return "\n".join(lines)
@@ -199,6 +199,7 @@ def run_train(args: argparse.Namespace, prog: str = "hba-augment train", command
 
     return run_command(prog, body, TrainingDivergedError,
                        out=args.out.replace("{seed}", str(args.seed[0])) if len(args.seed) == 1 else None)
+
 
 def main(argv: Sequence[str] | None = None, prog: str = "hba-augment train") -> int:
     """Entry point (``hba-augment train ...``); returns the process exit status."""
