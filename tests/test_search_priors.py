@@ -37,12 +37,13 @@ def _config(**kw) -> SearchConfig:
 
 
 # ------------------------------------------------------------------------------------------ the priors
-@pytest.mark.parametrize("init", ["paper", "identity", "uniform:0.3", "trivialaugment"])
+@pytest.mark.parametrize("init", ["paper", "identity", "zero", "uniform:0.3", "trivialaugment"])
 def test_lambda_starts_at_the_prior(init):
     prior = prior_policy(init)
     prob, mag = hparams_to_policy(init_hparams(init, dtype=torch.float64))
-    np.testing.assert_allclose(prob.numpy(), prior.prob, rtol=1e-9)
-    np.testing.assert_allclose(mag.numpy(), prior.mag, rtol=1e-9)  # NaN where an op has no magnitude
+    hair = 1e-5 if init == "zero" else 0.0  # lambda starts a hair inside a probability of 0 (a finite logit)
+    np.testing.assert_allclose(prob.numpy(), prior.prob, rtol=1e-9, atol=hair)
+    np.testing.assert_allclose(mag.numpy(), prior.mag, rtol=1e-9, atol=hair * 30)  # NaN where no magnitude
     assert math.isclose(sum(prior.count_probs), 1.0)
 
 
@@ -55,6 +56,16 @@ def test_uniform_prior_is_the_fraction_of_every_range(fraction):
             assert prior.mag[:, k] == pytest.approx([spec.low + fraction * (spec.high - spec.low)] * 2)
         else:
             assert np.isnan(prior.mag[:, k]).all()
+
+
+def test_zero_prior_is_pba_s_start_and_augments_nothing(cifar_images):
+    prior = prior_policy("zero")
+    assert np.all(prior.prob == 0) and prior.count_probs == (0.2, 0.3, 0.5)
+    for k, spec in enumerate(OPS):
+        assert (prior.mag[:, k] == spec.low).all() if spec.has_magnitude else np.isnan(prior.mag[:, k]).all()
+    out = augment(cifar_images, torch.tensor(prior.prob), torch.tensor(prior.mag), prior.count_probs,
+                  generator=torch.Generator().manual_seed(0))
+    assert torch.equal(out, cifar_images)
 
 
 def test_trivialaugment_prior_draws_one_op_nearly_uniformly(cifar_images):
@@ -83,7 +94,8 @@ def test_trivialaugment_prior_draws_one_op_nearly_uniformly(cifar_images):
 
 
 @pytest.mark.parametrize(("init", "match"), [
-    ("zero", "init must be one of"), ("uniform", "init must be one of"), ("paper:0.5", "init must be one of"),
+    ("none", "init must be one of"), ("uniform", "init must be one of"), ("paper:0.5", "init must be one of"),
+    ("zero:0.1", "init must be one of"),
     ("uniform:0", "strictly between 0 and 1, got '0'"), ("uniform:nan", "got 'nan'"), ("uniform:x", "got 'x'"),
     (3, "init must be a string"),
 ])

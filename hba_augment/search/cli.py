@@ -198,10 +198,11 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     g.add_argument("--t-train", type=positive_int, default=2, help="SGD steps per outer iteration (default: 2)")
     g.add_argument("--t-val", type=nonneg_int, default=1, help="hyperparameter steps per outer iteration (default: 1)")
     g.add_argument("--init", type=_init, default="paper",
-                   metavar="{paper,identity,uniform:F,trivialaugment,FILE.json}",
+                   metavar="{paper,identity,zero,uniform:F,trivialaugment,FILE.json}",
                    help="starting policy (hba_augment.search.priors): paper = every value at 0.95 lo + 0.05 hi "
                    "(default); identity = the same, but the four PIL enhancers' factors start at their identity 1 "
-                   "instead of 0.19; uniform:F = every probability F and every magnitude at the fraction F of its "
+                   "instead of 0.19; zero = PBA's start, every probability 0 and every magnitude at the low end of "
+                   "its range; uniform:F = every probability F and every magnitude at the fraction F of its "
                    "range; trivialaugment = TrivialAugment in this space (one op per image, nearly uniform over "
                    "ops, magnitudes at 21%% and 79%% of the range); FILE.json = a schedule file's last entry, with "
                    "its count_probs (refine a schedule you have; its SHA-256 goes into the provenance)")

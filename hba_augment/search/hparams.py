@@ -73,7 +73,7 @@ def init_hparams(
 
     Args:
         init: a name of :mod:`~hba_augment.search.priors`: ``"paper"`` (every entry ``logit(0.05)``, i.e.
-            ``0.95 lo + 0.05 hi``, the contract, section 3), ``"identity"``, ``"uniform:F"``, ``"trivialaugment"``
+            ``0.95 lo + 0.05 hi``, the contract, section 3), ``"identity"``, ``"zero"``, ``"uniform:F"``, ``"trivialaugment"``
             or a schedule file.
         dtype, device: of the result.
 

@@ -151,7 +151,7 @@ class SearchConfig:
         val_bn: batch norm in the validation steps: ``"batch"`` (the validation batch's statistics) or
             ``"running"`` (eval mode: the running statistics); see the module docstring.
         init: the starting policy, a name of :mod:`~hba_augment.search.priors`: ``"paper"`` (the paper's),
-            ``"identity"``, ``"uniform:F"``, ``"trivialaugment"`` or a schedule file (``*.json``: its last
+            ``"identity"``, ``"zero"``, ``"uniform:F"``, ``"trivialaugment"`` or a schedule file (``*.json``: its last
             entry, recorded with the file's SHA-256).
         prior_decay: after every step of ``lambda``, pull it back towards its start by the fraction
             ``hparam_lr * prior_decay`` of the distance (decoupled, as AdamW's weight decay pulls towards 0;

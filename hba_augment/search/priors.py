@@ -12,6 +12,10 @@ Names (:func:`parse_init` reads them without importing torch):
 * ``paper``: every probability 0.05 and every magnitude at ``0.95 lo + 0.05 hi``, with PBA's
   ``count_probs`` (0.2, 0.3, 0.5) (the paper's appendix). Almost no augmentation.
 * ``identity``: ``paper``, except that the four PIL enhancers start at their identity factor 1 instead of 0.19.
+* ``zero``: every probability 0 and every magnitude at the low end of its range, with PBA's ``count_probs``:
+  PBA's own start (Ho et al. 2019: every level 0). No augmentation at all; a population search's explore
+  raises a few slots first, so its early policies apply a few ops and later ones more (as PBA's schedule
+  does), where from ``paper`` every op is equally likely from the start.
 * ``uniform:F`` (``0 < F < 1``): every probability ``F`` and every magnitude at the fraction ``F`` of its
   range, with PBA's ``count_probs``. ``uniform:0.5`` leaves the enhancers at factor 1 (the middle of
   [0.1, 1.9] is the identity), so its geometric and pixel ops do all the work.
@@ -47,7 +51,7 @@ __all__ = ["INIT_KINDS", "PAPER_FRACTION", "Prior", "init_provenance", "parse_in
 
 #: The kinds of names :func:`parse_init` accepts (``uniform`` takes a fraction: ``uniform:0.3``; ``schedule``
 #: is any path ending in ``.json``).
-INIT_KINDS = ("paper", "identity", "uniform", "trivialaugment", "schedule")
+INIT_KINDS = ("paper", "identity", "zero", "uniform", "trivialaugment", "schedule")
 _SCHEDULE_SUFFIX = ".json"
 #: The paper's initial position of every hyperparameter inside its range (``0.95 lo + 0.05 hi``).
 PAPER_FRACTION = 0.05
@@ -85,8 +89,8 @@ def parse_init(init: str) -> tuple[str, float | None]:
         return "schedule", None
     kind, sep, rest = init.partition(":")
     if kind not in INIT_KINDS or kind == "schedule" or (kind == "uniform") != bool(sep):
-        raise ValueError(f"init must be one of 'paper', 'identity', 'uniform:F' (0 < F < 1), 'trivialaugment' "
-                         f"or a schedule file ending in '.json', got {init!r}")
+        raise ValueError(f"init must be one of 'paper', 'identity', 'zero', 'uniform:F' (0 < F < 1), "
+                         f"'trivialaugment' or a schedule file ending in '.json', got {init!r}")
     if kind != "uniform":
         return kind, None
     try:
@@ -131,7 +135,7 @@ def prior_policy(init: str) -> Prior:
         prob[:, [i for i, spec in enumerate(OPS) if spec.name in _TA_ABSENT]] = _TA_ABSENT_PROB
         frac = np.array([[0.5 - _TA_SPREAD], [0.5 + _TA_SPREAD]])
         return Prior(prob, at(np.broadcast_to(frac, shape)), _TA_COUNT_PROBS)
-    fraction = PAPER_FRACTION if fraction is None else fraction
+    fraction = (0.0 if kind == "zero" else PAPER_FRACTION) if fraction is None else fraction
     prob = np.full(shape, fraction)
     mag = np.broadcast_to(at(np.full(len(OPS), fraction)), shape).copy()
     if kind == "identity":
