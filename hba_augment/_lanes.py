@@ -17,6 +17,10 @@ What a lane's code must keep to (``hba-augment train`` with several seeds, the p
   tensors made before or used after the lanes are safe.
 - A CUDA graph is captured from the lane's thread alone (``capture_error_mode="thread_local"``, a capture
   stream of its own: :class:`~hba_augment._graphs.CapturedCall`).
+- The kernels' cached constant tensors are the lane's own (:func:`hba_augment.functional.cache_scope`, the
+  lane's index): one made on a lane's stream is never read on another lane's, which could read it before it
+  is made. A lane of a later call with the same index reads them safely, since its stream waits for the
+  caller's, which waited for every earlier lane's.
 
 Each lane's results do not depend on the others: on the CPU they are bit for bit those of the same run
 alone (tested).
@@ -30,6 +34,8 @@ from collections.abc import Callable, Sequence
 from typing import Generic, NamedTuple, TypeVar
 
 import torch
+
+from hba_augment.functional import cache_scope
 
 __all__ = ["GLOBAL_RNG_LOCK", "Outcome", "side_by_side"]
 
@@ -81,12 +87,13 @@ def side_by_side(calls: Sequence[Callable[[], _T]], device: torch.device | str) 
 
     def lane(i: int) -> None:
         try:
-            if streams[i] is None:
-                value = calls[i]()
-            else:
-                streams[i].wait_stream(origin)
-                with torch.cuda.device(device), torch.cuda.stream(streams[i]):
+            with cache_scope(("lane", i)):
+                if streams[i] is None:
                     value = calls[i]()
+                else:
+                    streams[i].wait_stream(origin)
+                    with torch.cuda.device(device), torch.cuda.stream(streams[i]):
+                        value = calls[i]()
             outcomes[i] = Outcome(value, None)
         except BaseException as e:  # reported to the caller, which decides
             outcomes[i] = Outcome(None, e)

@@ -480,24 +480,29 @@ def test_constant_cache_keeps_its_tensors_and_steps_aside_while_compiling():
     assert torch.equal(out, torch.tensor([1.0, 2.0, 3.0])) and made == [3, 3, 3]
 
 
-@pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_constant_cache_keeps_one_tensor_per_cuda_stream():
-    """A constant made on one stream is not handed to another (lanes, ``hba_augment._lanes``), which could
-    read it before the kernel that made it ran."""
+def test_constant_cache_keeps_one_set_per_scope():
+    """Runs side by side each keep their own constants (``functional.cache_scope``, set by ``hba_augment._lanes``
+    per lane): one made on a lane's CUDA stream must not be read on another's before it is made."""
+    from hba_augment import _lanes
+    from hba_augment.functional import cache_scope
     from hba_augment.functional._cache import constant_cache
 
     @constant_cache(4)
     def ramp(n: int) -> torch.Tensor:
-        return torch.arange(n, device="cuda")
+        return torch.arange(n)
 
-    first = ramp(5)
-    other = torch.cuda.Stream()
-    with torch.cuda.stream(other):
-        second = ramp(5)
-        assert ramp(5) is second
-    torch.cuda.current_stream().wait_stream(other)
-    assert second is not first and ramp(5) is first and torch.equal(first, second)
+    shared = ramp(5)
+    with cache_scope("a"):
+        own = ramp(5)
+        assert ramp(5) is own and own is not shared
+    assert ramp(5) is shared
+    lanes = _lanes.side_by_side([lambda: (ramp(5), ramp(5)), lambda: (ramp(5), ramp(5))], "cpu")
+    (a0, a1), (b0, b1) = (o.value for o in lanes)
+    assert a0 is a1 and b0 is b1 and a0 is not b0 and shared is not a0 and shared is not b0
+    again = _lanes.side_by_side([lambda: ramp(5), lambda: ramp(5)], "cpu")  # a later call: each lane's own again
+    assert again[0].value is a0 and again[1].value is b0
+    ramp.cache_clear()
+    assert ramp(5) is not shared
 
 
 def test_the_compiled_pixel_work_views_no_bool_tensor_as_bytes(cifar_images, monkeypatch):

@@ -17,6 +17,7 @@ from ._augment import (
     check_count_probs,
     draw_one,
 )
+from ._cache import cache_scope
 from ._kernels import KernelContext, affine
 from ._ops import (
     apply_op,
@@ -59,6 +60,7 @@ __all__ = [
     "augment_pil",
     "auto_contrast",
     "brightness",
+    "cache_scope",
     "check_channels",
     "check_compile",
     "check_count_probs",
