@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextvars
 import threading
 from collections.abc import Callable, Sequence
-from typing import Generic, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import torch
 
@@ -45,15 +45,15 @@ GLOBAL_RNG_LOCK = threading.RLock()
 _T = TypeVar("_T")
 
 
-class Outcome(NamedTuple, Generic[_T]):
+class Outcome(NamedTuple):
     """What one lane ended with: its call's return value, or the exception it raised (then ``value`` is
-    ``None``)."""
+    ``None``). (Not generic: a generic NamedTuple needs Python 3.11.)"""
 
-    value: _T | None
+    value: Any
     error: BaseException | None
 
 
-def side_by_side(calls: Sequence[Callable[[], _T]], device: torch.device | str) -> list[Outcome[_T]]:
+def side_by_side(calls: Sequence[Callable[[], _T]], device: torch.device | str) -> list[Outcome]:
     """Run ``calls`` at the same time, each in its own thread and, on CUDA, its own stream.
 
     One call runs in the calling thread on the current stream, as if called directly. A lane that fails does
@@ -83,7 +83,7 @@ def side_by_side(calls: Sequence[Callable[[], _T]], device: torch.device | str) 
     cuda = device.type == "cuda"
     origin = torch.cuda.current_stream(device) if cuda else None
     streams = [torch.cuda.Stream(device) for _ in calls] if cuda else [None] * len(calls)
-    outcomes: list[Outcome[_T]] = [Outcome(None, RuntimeError("lane did not finish"))] * len(calls)
+    outcomes: list[Outcome] = [Outcome(None, RuntimeError("lane did not finish"))] * len(calls)
 
     def lane(i: int) -> None:
         try:

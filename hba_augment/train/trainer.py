@@ -962,7 +962,7 @@ def train_side_by_side(
     resume: bool = False,
     command: str | None = None,
     log: Callable[[str], None] | None = None,
-) -> list[_lanes.Outcome[TrainResult]]:
+) -> list[_lanes.Outcome]:
     """Train several runs at the same time in this process, each as :func:`train_and_evaluate` would alone.
 
     Each run is a lane (:mod:`hba_augment._lanes`): a thread and, on CUDA, a stream of its own, so that on a
