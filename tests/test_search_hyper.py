@@ -394,8 +394,8 @@ def test_identity_init_starts_the_enhancers_at_factor_one_and_leaves_the_rest(ci
                                cifar_images)
         else:
             torch.testing.assert_close(m1[:, k], m0[:, k], equal_nan=True)
-    with pytest.raises(ValueError, match=r"init must be one of 'paper', 'identity', .* got 'zero'"):
-        init_hparams("zero")
+    with pytest.raises(ValueError, match=r"init must be one of 'paper', 'identity', .* got 'none'"):
+        init_hparams("none")
 
 
 def test_initial_policy_is_mild_on_real_images(cifar_images):

@@ -305,7 +305,7 @@ def test_presets_follow_the_paper():
     ({"count_probs": (0.5, 0.6)}, "count_probs"),
     ({"batch_size": True}, "batch_size"),
     ({"val_bn": "eval"}, "val_bn must be one of \\['batch', 'running'\\], got 'eval'"),
-    ({"init": "zero"}, "init must be one of 'paper', 'identity', 'uniform:F' .* got 'zero'"),
+    ({"init": "none"}, "init must be one of 'paper', 'identity', 'zero', 'uniform:F' .* got 'none'"),
     ({"init": "uniform:1.5"}, "fraction of init 'uniform:F' must be a number strictly between 0 and 1, got '1.5'"),
     ({"init": "uniform"}, "init must be one of .* got 'uniform'"),
     ({"prior_decay": -1.0}, "prior_decay"),
