@@ -347,22 +347,43 @@ class Campaign:
         return 0
 
     def report(self) -> None:
-        """Each split's table from every finished record (``--report-only``)."""
+        """Each split's table from every finished record (``--report-only``), all splits at once: each is a
+        process of its own that imports torch, and the end of a call has seconds to spare, not minutes."""
+        procs = []
         for split, spec in self.plan["evals"].items():
             policies = [p for p in spec["policies"] if self.ready(p)]
             if policies:
                 cmd = self.policy_quality(split, policies, "--report-only")
-                subprocess.run(cmd, cwd=REPO, stdout=subprocess.DEVNULL, check=False)
+                procs.append(subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL))
+        for proc in procs:
+            proc.wait()
 
     def pack(self, dest: Path) -> None:
-        """The campaign's files, checkpoints and run folders left out, as one archive of repository paths."""
+        """The campaign's files, checkpoints and run folders left out, as one archive of repository paths, the
+        run records and tables first (``_pack_order``): an archive cut off by the call's end still holds
+        them (gzip's stream reads back up to the cut, as on 2026-11-28)."""
         dest.parent.mkdir(parents=True, exist_ok=True)
+        files = [path for path in self.root.rglob("*") if path.is_file() and path.suffix != ".pt"
+                 and "runs" not in path.relative_to(self.root).parts]
         with tarfile.open(dest, "w:gz") as tar:
-            for path in sorted(self.root.rglob("*")):
-                rel = path.relative_to(self.root)
-                if path.is_file() and path.suffix != ".pt" and "runs" not in rel.parts:
-                    tar.add(path, arcname=str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(rel))
+            for path in sorted(files, key=lambda path: _pack_order(path.relative_to(self.root))):
+                tar.add(path, arcname=str(path.relative_to(REPO)) if path.is_relative_to(REPO) else
+                        str(path.relative_to(self.root)))
         print(f"packed {dest} ({dest.stat().st_size / 1e6:.1f} MB)", flush=True)
+
+
+def _pack_order(rel: Path) -> tuple[int, str]:
+    """Where a campaign file goes in the archive: run records, then the tables, then searches' results, then
+    the rest (logs, the control schedules, which the repository already holds)."""
+    if rel.parent.name == "results" and rel.suffix == ".json":
+        rank = 0
+    elif rel.name.startswith("policy_quality."):
+        rank = 1
+    elif rel.parts[0] == "searches" and rel.name != "log.txt":
+        rank = 2
+    else:
+        rank = 3
+    return rank, str(rel)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -371,8 +392,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-root", default=str(REPO.parent / "shared" / "data"), help="folder holding the plan's data")
     p.add_argument("--device", default="cuda", help="torch device of every process (default: cuda)")
     p.add_argument("--budget", type=float, default=540.0, help="seconds until everything stops (default: 540)")
-    p.add_argument("--margin", type=float, default=20.0,
-                   help="seconds kept free at the end for the tables and the archive (default: 20)")
+    p.add_argument("--margin", type=float, default=60.0,
+                   help="seconds kept free at the end for the tables and the archive (default: 60; on 2026-11-28 "
+                   "20 were too few: the archive was cut off)")
     p.add_argument("--min-eval-seconds", type=float, default=240.0,
                    help="start an evaluation only with at least this much budget left, and more where the "
                    "plan's train.wall_seconds says a run at that many processes at once takes longer (default: 240)")
@@ -413,6 +435,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise SystemExit(f"gpu_campaign: error: --search {unknown[0]!r} is not a search of {args.plan} "
                          f"({', '.join(plan['searches'])})")
+    if args.lanes > 1 and not args.wall_seconds and not args.prepare:
+        # The plan's table was measured with one training per process; read for several, it promised 24
+        # trainings at once 374 s each on 2026-11-28, and none of them finished in 538 s.
+        raise SystemExit(f"gpu_campaign: error: --lanes {args.lanes} needs --wall-seconds (how long one training "
+                         "takes in that layout, measured: benchmarks/pick_layout.py)")
     campaign = Campaign(plan, args)
     if args.prepare:
         campaign.write_controls()

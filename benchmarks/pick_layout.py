@@ -2,18 +2,22 @@
 
 Lanes (``hba_augment/_lanes.py``) put several trainings in one process so that their kernels share the GPU
 where processes take turns; whether that is faster on a given GPU is measured, not assumed. Given the
-``OUT.json`` of ``train_speed.py`` for the campaign's usual layout (e.g. ``--procs 8``) and for a lanes
-layout (e.g. ``--procs 8 --lanes 3``), both in one mode (``graphs``), this compares the epochs per second of
-all runs together and prints, on stdout, the ``gpu_campaign.py`` options of the lanes layout when it is at
-least ``--min-gain`` times faster, else nothing:
+``OUT.json`` of ``train_speed.py`` for the campaign's usual layout (e.g. ``--procs 8``, mode ``graphs``) and
+for a lanes layout (e.g. ``--procs 8 --lanes 2 --epochs graphs=5,eager=5``), this compares the epochs per
+second of all runs together, takes the lanes' fastest mode in which every run finished, and prints, on
+stdout, the ``gpu_campaign.py`` options of that layout when it is at least ``--min-gain`` times faster, else
+nothing (``--cuda-graphs`` only for the mode ``graphs``):
 
-    --lanes K --cuda-graphs --wall-seconds {"P":S}
+    --lanes K [--cuda-graphs] --wall-seconds {"P":S}
 
 ``S``: how long one training of ``--epochs`` epochs takes at that layout, from the probe: its runs' median
 seconds per epoch times the epochs, plus what a probe run spent besides its epochs after the first
-(start-up, the first epoch's capture). The reasoning goes to stderr. Usage in one device call::
+(start-up, the first epoch's capture), scaled, with ``--plan``, by how far the probe's estimate for the
+usual layout fell short of the plan's measured ``train.wall_seconds`` there (1.37x on 2026-11-28: a real
+training tests every tenth epoch and reads its own data), times ``--headroom``. The reasoning goes to stderr. Usage in one device call::
 
-    flags=$(python3 benchmarks/pick_layout.py $OUT/speed_base.json $OUT/speed_lanes.json --epochs 200)
+    flags=$(python3 benchmarks/pick_layout.py $OUT/speed_base.json $OUT/speed_lanes.json --epochs 200 \\
+        --plan benchmarks/campaigns/paper_scale_cifar10.json)
     python3 benchmarks/gpu_campaign.py ... $flags
 """
 
@@ -35,34 +39,73 @@ def layout(report: dict[str, Any], mode: str) -> dict[str, float]:
         raise ValueError(f"{mode}: not every run finished ({len(rows)} runs)")
     medians = [r["median_epoch_seconds"] for r in rows]
     overheads = [r["wall_seconds"] - (r["epochs"] - 1) * r["median_epoch_seconds"] for r in rows]
-    return {"procs": report["procs"], "lanes": report.get("lanes", 1), "epochs_per_second": sum(1 / m for m in medians),
-            "seconds_per_epoch": statistics.median(medians), "overhead": max(overheads)}
+    # All runs at the median run's pace: a few epochs are too few for the sum of each run's own rate, which
+    # counts the runs that started last and ran alone at the end (0.8 s an epoch against 1.66 on 2026-11-28).
+    median = statistics.median(medians)
+    return {"procs": report["procs"], "lanes": report.get("lanes", 1), "epochs_per_second": len(rows) / median,
+            "seconds_per_epoch": median, "overhead": max(overheads)}
+
+
+def training_seconds(measured: dict[str, float], epochs: int) -> float:
+    """One training of ``epochs`` epochs at a layout's pace, from its probe."""
+    return measured["overhead"] + epochs * measured["seconds_per_epoch"]
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("base", type=Path, help="train_speed.py OUT.json of the usual layout")
     p.add_argument("lanes", type=Path, help="train_speed.py OUT.json of the lanes layout")
-    p.add_argument("--mode", default="graphs", help="the mode both ran (default: graphs)")
+    p.add_argument("--mode", default="graphs", help="the usual layout's mode (default: graphs)")
     p.add_argument("--epochs", type=int, default=200, help="epochs of the campaign's trainings (default: 200)")
+    p.add_argument("--plan", type=Path,
+                   help="the campaign plan: its train.wall_seconds at the usual layout's process count calibrates "
+                   "the printed time (default: the probe's estimate as it is)")
+    p.add_argument("--headroom", type=float, default=1.2,
+                   help="factor on the lanes' estimate (default: 1.2; on 2026-11-28 three lanes took more than "
+                   "1.10x the scaled estimate, and a training that does not finish is lost)")
     p.add_argument("--min-gain", type=float, default=1.3, help="how much faster lanes must be (default: 1.3)")
     args = p.parse_args(argv)
     try:
-        base, lanes = (layout(json.loads(path.read_text()), args.mode) for path in (args.base, args.lanes))
+        base = layout(json.loads(args.base.read_text()), args.mode)
+        report = json.loads(args.lanes.read_text())
     except (OSError, KeyError, ValueError) as e:
         print(f"pick_layout: no lanes ({e})", file=sys.stderr)
         return 0
+    # Every mode the lanes probe ran in which each run finished (eager lanes are the fallback where a capture
+    # fails beside other lanes, as one process in eight did on 2026-11-28); the fastest of them.
+    candidates = {}
+    for mode in dict.fromkeys(r["mode"] for r in report.get("rows", [])):
+        try:
+            candidates[mode] = layout(report, mode)
+        except (KeyError, ValueError) as e:
+            print(f"pick_layout: lanes in mode {mode}: not chosen ({e})", file=sys.stderr)
+    if not candidates:
+        print("pick_layout: no lanes (no mode of the lanes probe finished every run)", file=sys.stderr)
+        return 0
+    mode, lanes = max(candidates.items(), key=lambda item: item[1]["epochs_per_second"])
     gain = lanes["epochs_per_second"] / base["epochs_per_second"]
-    print(f"pick_layout: {base['procs']} x {base['lanes']}: {base['epochs_per_second']:.2f} epochs/s; "
-          f"{lanes['procs']} x {lanes['lanes']}: {lanes['epochs_per_second']:.2f} epochs/s ({gain:.2f}x)",
+    print(f"pick_layout: {base['procs']} x {base['lanes']} ({args.mode}): {base['epochs_per_second']:.2f} epochs/s; "
+          f"{lanes['procs']} x {lanes['lanes']} ({mode}): {lanes['epochs_per_second']:.2f} epochs/s ({gain:.2f}x)",
           file=sys.stderr)
     if gain < args.min_gain or lanes["lanes"] < 2:
         print(f"pick_layout: no lanes (gain below {args.min_gain})", file=sys.stderr)
         return 0
-    seconds = round(lanes["overhead"] + args.epochs * lanes["seconds_per_epoch"])
+    seconds = training_seconds(lanes, args.epochs)
+    if args.plan is not None:
+        # A real training tests every tenth epoch and reads its own data, which a few-epoch probe does not
+        # show: scale by what the plan measured for the usual layout against what its probe says.
+        walls = json.loads(args.plan.read_text())["train"].get("wall_seconds", {})
+        measured = walls.get(str(base["procs"]))
+        if measured:
+            scale = measured / training_seconds(base, args.epochs)
+            print(f"pick_layout: the plan's {measured:.0f} s at {base['procs']} processes is {scale:.2f}x the "
+                  f"probe's estimate; the lanes' estimate is scaled alike", file=sys.stderr)
+            seconds *= scale
+    seconds = round(seconds * args.headroom)
     # No spaces or quotes to strip: the shell splits $flags on spaces and passes the rest as it is.
     walls = json.dumps({str(lanes["procs"]): seconds}, separators=(",", ":"))
-    print(f"--lanes {lanes['lanes']} --cuda-graphs --wall-seconds {walls}")
+    graphs = " --cuda-graphs" if mode == "graphs" else ""
+    print(f"--lanes {lanes['lanes']}{graphs} --wall-seconds {walls}")
     return 0
 
 

@@ -16,7 +16,9 @@ What a lane's code must keep to (``hba-augment train`` with several seeds, the p
   waits for the caller's, and the caller's waits for every lane's before :func:`side_by_side` returns, so
   tensors made before or used after the lanes are safe.
 - A CUDA graph is captured from the lane's thread alone (``capture_error_mode="thread_local"``, a capture
-  stream of its own: :class:`~hba_augment._graphs.CapturedCall`).
+  stream of its own: :class:`~hba_augment._graphs.CapturedCall`), while no other lane is inside a captured
+  call (:data:`~hba_augment._graphs.CAPTURE_GATE`: on an H200 one process in eight failed its capture
+  without it, 2026-11-28).
 - The kernels' cached constant tensors are the lane's own (:func:`hba_augment.functional.cache_scope`, the
   lane's index): one made on a lane's stream is never read on another lane's, which could read it before it
   is made. A lane of a later call with the same index reads them safely, since its stream waits for the

@@ -205,3 +205,80 @@ def test_on_cuda_a_captured_augment_call_gives_the_eager_pixels(cifar_images):
     assert captured.captured
     assert torch.equal(torch.rand(4, generator=streams[0], device=device),
                        torch.rand(4, generator=streams[1], device=device))
+
+
+# -- the capture gate (lanes: a capture meets no other thread's call) ----------------------------------------
+
+
+def _wait_until(gate: _graphs.CaptureGate, predicate) -> None:
+    """Wait, on the gate's own condition (notified whenever a thread starts waiting), until ``predicate``."""
+    with gate._cond:
+        assert gate._cond.wait_for(predicate, timeout=60), "the gate never reached the expected state"
+
+
+def test_the_capture_gate_lets_calls_share_it_and_a_capture_wait_for_them_and_go_first():
+    import threading
+
+    gate = _graphs.CaptureGate()
+    order: list[str] = []
+    release_call = threading.Event()
+
+    def first_call():
+        with gate.call():
+            order.append("call-1 in")
+            release_call.wait(timeout=60)
+            order.append("call-1 out")
+
+    def capture():
+        with gate.capture():
+            order.append("capture")
+
+    def later_call():
+        with gate.call():
+            order.append("call-2")
+
+    threads = [threading.Thread(target=first_call)]
+    threads[0].start()
+    _wait_until(gate, lambda: gate._calls == 1)
+    with gate.call():  # a second call shares the gate with the first at once
+        order.append("main call")
+    threads.append(threading.Thread(target=capture))
+    threads[1].start()
+    _wait_until(gate, lambda: gate._waiting_captures == 1)  # held back by the running call
+    threads.append(threading.Thread(target=later_call))
+    threads[2].start()
+    _wait_until(gate, lambda: gate._waiting_calls == 1)  # held back by the waiting capture
+    assert order == ["call-1 in", "main call"]
+    release_call.set()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert order == ["call-1 in", "main call", "call-1 out", "capture", "call-2"]
+    assert (gate._calls, gate._capturing, gate._waiting_calls, gate._waiting_captures) == (0, False, 0, 0)
+
+
+def test_a_thread_holding_the_capture_gate_passes_it_again():
+    # A call nested in a call (a policy's graph inside a captured step) must not wait for itself.
+    gate = _graphs.CaptureGate()
+    with gate.call(), gate.capture(), gate.call():
+        assert gate._calls == 1 and not gate._capturing
+    with gate.capture(), gate.call():
+        assert gate._capturing and gate._calls == 0
+    assert (gate._calls, gate._capturing) == (0, False)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_a_refused_capture_leaves_the_call_eager():
+    # A host read cannot be captured: CUDA invalidates the capture; the call warns once and stays eager.
+    device = torch.device("cuda")
+    x = torch.arange(6.0, device=device)
+
+    def call(t):
+        return t * 2 + float(t.sum()) * 0
+
+    captured = _graphs.CapturedCall(call, device)
+    with pytest.warns(RuntimeWarning, match="capture failed"):
+        for _ in range(_graphs.GRAPH_WARMUP_STEPS + 3):
+            assert torch.equal(captured(x), x * 2)
+    assert captured.failed and not captured.captured
+    assert torch.equal(captured(x), x * 2)

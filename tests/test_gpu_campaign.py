@@ -228,7 +228,7 @@ def test_a_run_s_time_grows_with_the_processes_sharing_the_gpu(tmp_path: Path):
     assert _timed_campaign(tmp_path, {}, left=600).run_seconds(8) == 240
 
 
-@pytest.mark.parametrize(("left", "jobs"), [(600, 8), (350, 4), (285, 1), (250, 0)])
+@pytest.mark.parametrize(("left", "jobs"), [(600, 8), (350, 2), (325, 1), (290, 0)])
 def test_only_runs_that_can_finish_start(tmp_path: Path, monkeypatch, left: float, jobs: int):
     """On 2026-11-27 a call with 345 s of budget started eight 200-epoch trainings on the H100 and none
     finished (four beside a search had taken 283 s). The slots given are those whose runs fit."""
@@ -264,6 +264,34 @@ def test_lanes_ask_for_a_process_per_group_of_seeds(tmp_path: Path, monkeypatch)
     assert started == [3]
     cmd = campaign.policy_quality("test", ["none"])
     assert cmd[cmd.index("--lanes") + 1] == "3" and "--cuda-graphs" in cmd[cmd.index("--extra") + 1]
+
+
+def test_lanes_without_a_measured_time_table_are_refused(tmp_path: Path):
+    """The plan's table was measured with one training per process: read for three, it promised 24 trainings
+    at once 374 s each on 2026-11-28, and none finished in 538 s."""
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(_TINY))
+    with pytest.raises(SystemExit, match="--lanes 3 needs --wall-seconds"):
+        gpu_campaign.main([str(path), "--out", str(tmp_path / "c"), "--lanes", "3"])
+
+
+def test_the_archive_holds_the_run_records_and_tables_first(tmp_path: Path):
+    """On 2026-11-28 the call ended while the archive was being written: what came back was only what had
+    been written by then, so the records go first."""
+    args = gpu_campaign.build_parser().parse_args([str(tmp_path / "plan.json"), "--out", str(tmp_path / "c")])
+    (tmp_path / "plan.json").write_text(json.dumps(_TINY))
+    campaign = gpu_campaign.Campaign(gpu_campaign.load_plan(tmp_path / "plan.json"), args)
+    files = ["a-log.txt", "schedules/pba.json", "searches/s/log.txt", "searches/s/schedule.json", "test/log.txt",
+             "test/policy_quality.md", "test/results/pba-seed0.json", "test/runs/x/checkpoint.pt", "test/runs/x/log.txt",
+             "val/results/none-seed1.json"]
+    for name in files:
+        (campaign.root / name).parent.mkdir(parents=True, exist_ok=True)
+        (campaign.root / name).write_text("x")
+    campaign.pack(tmp_path / "p.tgz")
+    with tarfile.open(tmp_path / "p.tgz") as tar:
+        names = [Path(n).relative_to(campaign.root).as_posix() if Path(n).is_absolute() else n for n in tar.getnames()]
+    assert [Path(n).name for n in names] == ["pba-seed0.json", "none-seed1.json", "policy_quality.md", "schedule.json",
+                                             "a-log.txt", "pba.json", "log.txt", "log.txt"]
 
 
 def test_a_folder_of_more_seeds_tests_on_its_eval_split(tmp_path: Path):

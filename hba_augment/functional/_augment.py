@@ -563,15 +563,49 @@ def check_compile(compile: Any) -> bool | Mapping[str, Any]:
 # The compiled copies of _static_pixels, one per distinct set of torch.compile's arguments.
 _COMPILED: dict[str, Callable[..., Tensor]] = {}
 
+#: Inductor's settings under which compiled pixel code does eager's float arithmetic on a GPU too
+#: (docs/contract.md, section 2). By default Triton fuses ``a * b + c`` into one FMA and divides through an
+#: approximate reciprocal; either can move a value across the integer boundary at which the uint8
+#: conversion truncates (the likely cause of a compiled uint8 batch that differed from the eager one on an H100
+#: and an H200, 2026-11-28).
+#: Inductor's CPU code does neither. Set while the compiled call runs (and so while it compiles), not
+#: through ``torch.compile(options=...)``, which excludes a ``mode`` the caller may give.
+_EAGER_NUMERICS = {"emulate_precision_casts": True, "eager_numerics.division_rounding": True}
+
+
+def _eager_numerics() -> dict[str, bool]:
+    """The settings of :data:`_EAGER_NUMERICS` that this torch's inductor has (an older one lacks some)."""
+    from torch._inductor import config
+
+    present = {}
+    for name, value in _EAGER_NUMERICS.items():
+        owner, *rest = config, *name.split(".")
+        try:
+            for part in rest:
+                owner = getattr(owner, part)
+        except AttributeError:
+            continue
+        present[name] = value
+    return present
+
 
 def _compiled_pixels(options: bool | Mapping[str, Any]) -> Callable[..., Tensor]:
     """``torch.compile(_static_pixels, fullgraph=True, **options)``, made once per distinct ``options``
-    (``True``: none)."""
+    (``True``: none), called under :data:`_EAGER_NUMERICS`."""
     options = {} if options is True else dict(options)
     key = repr(sorted(options.items()))  # (values such as inductor's own option dicts are not hashable)
     compiled = _COMPILED.get(key)
     if compiled is None:
-        compiled = _COMPILED[key] = torch.compile(_static_pixels, **{"fullgraph": True, **options})
+        from torch._inductor import config
+
+        inner = torch.compile(_static_pixels, **{"fullgraph": True, **options})
+        numerics = _eager_numerics()
+
+        def compiled(*args: Any, **kwargs: Any) -> Tensor:
+            with config.patch(numerics):
+                return inner(*args, **kwargs)
+
+        _COMPILED[key] = compiled
     return compiled
 
 
