@@ -13,11 +13,12 @@ nothing (``--cuda-graphs`` only for the mode ``graphs``):
 ``S``: how long one training of ``--epochs`` epochs takes at that layout, from the probe: its runs' median
 seconds per epoch times the epochs, plus what a probe run spent besides its epochs after the first
 (start-up, the first epoch's capture), scaled, with ``--plan``, by how far the probe's estimate for the
-usual layout fell short of the plan's measured ``train.wall_seconds`` there (1.37x on 2026-11-28: a real
-training tests every tenth epoch and reads its own data), times ``--headroom``. The reasoning goes to stderr. Usage in one device call::
+usual layout fell short of the plan's measured ``train.wall_seconds`` there (1.36x on 2026-11-28: a real
+training tests every tenth epoch and reads its own data), times ``--headroom``; nothing if ``S`` passes
+``--fit`` (the campaign would start no training). The reasoning goes to stderr. Usage in one device call::
 
     flags=$(python3 benchmarks/pick_layout.py $OUT/speed_base.json $OUT/speed_lanes.json --epochs 200 \\
-        --plan benchmarks/campaigns/paper_scale_cifar10.json)
+        --plan benchmarks/campaigns/paper_scale_cifar10.json --fit 490)
     python3 benchmarks/gpu_campaign.py ... $flags
 """
 
@@ -63,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--headroom", type=float, default=1.2,
                    help="factor on the lanes' estimate (default: 1.2; on 2026-11-28 three lanes took more than "
                    "1.10x the scaled estimate, and a training that does not finish is lost)")
+    p.add_argument("--fit", type=float,
+                   help="seconds a training may take in the call the flags are for (its --budget less the margin "
+                   "and the start): lanes whose training would take longer are not chosen (default: no limit)")
     p.add_argument("--min-gain", type=float, default=1.3, help="how much faster lanes must be (default: 1.3)")
     args = p.parse_args(argv)
     try:
@@ -102,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"probe's estimate; the lanes' estimate is scaled alike", file=sys.stderr)
             seconds *= scale
     seconds = round(seconds * args.headroom)
+    if args.fit is not None and seconds > args.fit:
+        # gpu_campaign.py would start none of them: the usual layout trains at least its eight.
+        print(f"pick_layout: no lanes (a training would take {seconds} s, more than the {args.fit:.0f} s of --fit)",
+              file=sys.stderr)
+        return 0
     # No spaces or quotes to strip: the shell splits $flags on spaces and passes the rest as it is.
     walls = json.dumps({str(lanes["procs"]): seconds}, separators=(",", ":"))
     graphs = " --cuda-graphs" if mode == "graphs" else ""

@@ -91,3 +91,14 @@ def test_the_faster_mode_of_the_lanes_probe_is_chosen(tmp_path: Path, capsys):
     (tmp_path / "lanes.json").write_text(json.dumps({"procs": 8, "lanes": 2, "rows": graphs + eager}))
     assert pick_layout.main([str(base), str(tmp_path / "lanes.json"), "--headroom", "1"]) == 0
     assert capsys.readouterr().out.strip() == '--lanes 2 --cuda-graphs --wall-seconds {"8":310}'
+
+
+def test_lanes_whose_trainings_would_not_fit_the_call_are_not_chosen(tmp_path: Path, capsys):
+    # 516 s a training (the first test's layout) does not fit 500 s: the campaign would start nothing.
+    base = _report(tmp_path / "base.json", 8, 1, 1.34)
+    lanes = _report(tmp_path / "lanes.json", 8, 3, 2.0)
+    assert pick_layout.main([str(base), str(lanes), "--fit", "500"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "" and "more than the 500 s of --fit" in captured.err
+    assert pick_layout.main([str(base), str(lanes), "--fit", "520"]) == 0
+    assert capsys.readouterr().out.strip() == '--lanes 3 --cuda-graphs --wall-seconds {"8":516}'
