@@ -136,6 +136,7 @@ class CapturedCall:
         self.side: torch.cuda.Stream | None = None
         self.eager_calls = 0
         self.failed = False
+        self._refused: list[torch.cuda.CUDAGraph] = []
 
     @property
     def captured(self) -> bool:
@@ -209,7 +210,10 @@ class CapturedCall:
                 finally:
                     graph.capture_end()
         except RuntimeError as e:
+            # Kept alive: a capture_end() that failed leaves torch's allocator holding a filter that points at
+            # the graph, and freeing the graph would leave that pointer dangling.
             self.failed, self.outputs = True, None
+            self._refused.append(graph)
             warnings.warn(f"CUDA graph capture failed, running eagerly from now on: {e}", RuntimeWarning,
                           stacklevel=3)
             return False
