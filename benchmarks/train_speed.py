@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import re
 import shlex
 import statistics
 import subprocess
@@ -111,6 +112,12 @@ def markdown(meta: dict[str, object], rows: list[dict[str, object]]) -> str:
         lines.append(f"| {r['mode']} | {r['run']} | {r.get('epochs', '-')} | {_fmt(r, 'median_epoch_seconds')} | "
                      f"{_fmt(r, 'first_epoch_seconds')} | {_fmt(r, 'wall_seconds', '.0f')} | "
                      f"{_fmt(r, 'test_error', '.2f')} | {r['exit_code']} |")
+    failed = {r["run"].rsplit("-lane", 1)[0]: r["log_tail"] for r in rows if r.get("log_tail")}
+    for name, tail in failed.items():
+        # The exception's own line (the last ``SomeError: ...`` of the log), else the log's last line.
+        lines_of = [line.strip() for line in tail.splitlines() if line.strip()] or ["(no output)"]
+        raised = [line for line in lines_of if re.match(r"[\w.]+(Error|Exception|Interrupt)\b", line)]
+        lines.append(f"\nProcess {name} failed: `{(raised or lines_of)[-1]}` (its log's end: OUT.json)")
     for mode in dict.fromkeys(r["mode"] for r in rows):
         values = [r["median_epoch_seconds"] for r in rows if r["mode"] == mode and r.get("median_epoch_seconds")]
         if values:

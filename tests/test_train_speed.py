@@ -34,6 +34,11 @@ def test_a_failing_run_is_reported_with_its_log(tmp_path: Path):
     assert code == 1
     (row,) = json.loads((tmp_path / "speed.json").read_text())["rows"]
     assert row["exit_code"] != 0 and "missing" in row["log_tail"]
+    # The table names what the process ended with: its exception line, else its last line.
+    md = (tmp_path / "speed.md").read_text()
+    assert "Process eager-0 failed: `" in md
+    failure = md.split("Process eager-0 failed: `")[1].split("`")[0]
+    assert "error:" in failure and "missing" in failure  # (argparse's error line, the log's last)
 
 
 @pytest.mark.parametrize("text", ["graphs", "eager=0", "fast=3", "eager=x"])
