@@ -59,3 +59,14 @@ def test_lanes_train_several_seeds_per_process(cifar_dir: Path, tmp_path: Path):
     assert [r["run"] for r in rows] == ["graphs-0-lane0", "graphs-0-lane1"]
     assert rows[0]["test_error"] is not None and rows[1]["test_error"] is not None
     assert "1 x 2 lanes trainings" in out.with_suffix(".md").read_text()
+
+
+def test_a_failed_process_s_exception_line_is_named_once():
+    tail = ("Traceback (most recent call last):\n  File \"x.py\", line 1, in run\n    graph.capture_end()\n"
+            "torch.AcceleratorError: CUDA error: operation failed due to a previous error during capture\n"
+            "Search for `cudaErrorStreamCaptureInvalidated' in https://docs.nvidia.com for more information.\n")
+    rows = [{"mode": "graphs", "run": f"graphs-5-lane{i}", "exit_code": 1, "wall_seconds": 29.0, "log_tail": tail}
+            for i in range(2)]
+    md = train_speed.markdown({"procs": 1, "lanes": 2, "device": "cpu", "command": "c", "date": "d"}, rows)
+    assert md.count("Process graphs-5 failed: `torch.AcceleratorError: CUDA error: operation failed due to a "
+                    "previous error during capture`") == 1
