@@ -210,9 +210,11 @@ class CapturedCall:
                 finally:
                     graph.capture_end()
         except RuntimeError as e:
-            # Kept alive: a capture_end() that failed leaves torch's allocator holding a filter that points at
-            # the graph, and freeing the graph would leave that pointer dangling.
             self.failed, self.outputs = True, None
+            # reset() takes the capture's state off the generators (so eager draws work again); the graph is
+            # kept alive: a capture_end() that failed leaves torch's allocator a filter that points at it.
+            with contextlib.suppress(RuntimeError):
+                graph.reset()
             self._refused.append(graph)
             warnings.warn(f"CUDA graph capture failed, running eagerly from now on: {e}", RuntimeWarning,
                           stacklevel=3)

@@ -269,14 +269,16 @@ def test_a_thread_holding_the_capture_gate_passes_it_again():
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_on_cuda_a_refused_capture_leaves_the_call_eager():
-    # A host read cannot be captured: CUDA invalidates the capture; the call warns once and stays eager.
+    # A host read cannot be captured: CUDA invalidates the capture; the call warns once and stays eager, and
+    # its generator, registered with the refused graph, still draws eagerly.
     device = torch.device("cuda")
     x = torch.arange(6.0, device=device)
+    g = torch.Generator(device=device).manual_seed(0)
 
     def call(t):
-        return t * 2 + float(t.sum()) * 0
+        return t * 2 + torch.rand(t.shape, device=device, generator=g) * 0 + float(t.sum()) * 0
 
-    captured = _graphs.CapturedCall(call, device)
+    captured = _graphs.CapturedCall(call, device, (g,))
     with pytest.warns(RuntimeWarning, match="capture failed"):
         for _ in range(_graphs.GRAPH_WARMUP_STEPS + 3):
             assert torch.equal(captured(x), x * 2)
