@@ -327,6 +327,25 @@ class Campaign:
                 self.start_evals(split, ready, jobs, self.run_seconds(busy + jobs))
             pending[split] = [p for p in policies if p not in ready]
 
+    def dry_run(self) -> int:
+        """Print what this call would start at once, starting nothing and writing nothing (``--dry-run``): check
+        a call's options here before spending device time on them."""
+        started: list[tuple[str, int]] = []
+        self.launch = lambda label, cmd, log, slots=1: started.append((label, slots))  # type: ignore[method-assign]
+        self.running = lambda: sum(slots for _, slots in started)  # type: ignore[method-assign]
+        self.start_searches()
+        pending = {split: list(spec["policies"]) for split, spec in self.plan["evals"].items()}
+        self.launch_ready(pending)
+        for label, slots in started:
+            lanes = "" if label.startswith("search ") else f" x {self.args.lanes} lane(s)"
+            print(f"would start {label[:100]}{'...' if len(label) > 100 else ''} ({slots} process(es){lanes})")
+        print(f"{self.running()} process(es) at once: a training {self.run_seconds(self.running()):.0f} s of the "
+              f"{self.left() - self.args.margin:.0f} s left before the margin")
+        for split, policies in pending.items():
+            if policies:
+                print(f"{split}: {len(policies)} policies wait (no schedule yet, no free process, or too little time)")
+        return 0
+
     def run(self) -> int:
         self.write_controls()
         searches = self.start_searches()
@@ -417,6 +436,8 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--no-search", action="store_true",
                        help="start no search, only the runs of schedules that exist: without it, a call too short "
                        "for a search still starts every unfinished one and they only burn its budget")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print what the call would start at once, start nothing, write nothing")
     p.add_argument("--out", help="campaign folder (default: benchmarks/results/<plan name>)")
     p.add_argument("--pack", help="write the campaign's files (no checkpoints) into this .tar.gz")
     p.add_argument("--prepare", action="store_true",
@@ -445,6 +466,8 @@ def main(argv: list[str] | None = None) -> int:
         campaign.write_controls()
         print(f"wrote {campaign.root / 'schedules'}")
         return 0
+    if args.dry_run:
+        return campaign.dry_run()
     return campaign.run()
 
 

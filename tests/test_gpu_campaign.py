@@ -309,3 +309,21 @@ def test_a_folder_of_more_seeds_tests_on_its_eval_split(tmp_path: Path):
     assert more[more.index("--out") + 1] == str(tmp_path / "c" / "more")
     assert more[more.index("--seeds") + 1] == "3,4" and "--eval-split val" in more[more.index("--extra") + 1]
     assert "--eval-split" not in test[test.index("--extra") + 1]
+
+
+def test_a_dry_run_prints_what_would_start_and_starts_nothing(tmp_path: Path, capsys, monkeypatch):
+    """``--dry-run``: a call's options checked here before device time is spent on them."""
+    plan = {**_TINY, "train": {**_TINY["train"], "wall_seconds": {"8": 300}},
+            "evals": {"test": {"seeds": [0, 1, 2], "policies": ["none", "cutout", "hba:s"]}}}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail("a dry run started a process"))
+    out = tmp_path / "c"
+    assert gpu_campaign.main([str(path), "--out", str(out), "--budget", "500", "--lanes", "2",
+                              "--wall-seconds", '{"8": 350}', "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert "would start search s (1 process(es))" in printed
+    assert "would start test: none, cutout (3 process(es) x 2 lane(s))" in printed  # 6 runs in pairs
+    assert "4 process(es) at once: a training 350 s" in printed
+    assert "test: 1 policies wait" in printed  # hba:s: its search has not run
+    assert not out.exists() or not any(out.rglob("*.json"))
