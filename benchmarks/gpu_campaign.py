@@ -40,7 +40,9 @@ On the lent GPU (``../shared/reference/GPU.md``; the data travels in an ignored 
     PYTHONUNBUFFERED=1 python3 benchmarks/gpu_campaign.py benchmarks/campaigns/paper_scale_cifar10.json \\
         --data-root .device/data --device cuda --budget 540 --pack $OUT/campaign.tgz
 
-and here, after the call: ``tar xzf <files_at>/campaign.tgz`` in the repository root, then commit.
+and here, after the call: ``tar xzf <files_at>/campaign.tgz`` in the repository root, then commit. Before it,
+here, ``--dry-run`` prints what those options would start at once (processes, lanes, a training's time
+against the budget), starting nothing.
 """
 
 from __future__ import annotations
