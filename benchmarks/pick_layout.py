@@ -3,19 +3,20 @@
 Lanes (``hba_augment/_lanes.py``) put several trainings in one process so that their kernels share the GPU
 where processes take turns; whether that is faster on a given GPU is measured, not assumed. Given the
 ``OUT.json`` of ``train_speed.py`` for the campaign's usual layout (e.g. ``--procs 8``, mode ``graphs``) and
-for a lanes layout (e.g. ``--procs 8 --lanes 2 --epochs graphs=5,eager=5``), this compares the epochs per
-second of all runs together, takes the lanes' fastest mode in which every run finished, and prints, on
-stdout, the ``gpu_campaign.py`` options of that layout when it is at least ``--min-gain`` times faster, else
-nothing (``--cuda-graphs`` only for the mode ``graphs``):
+for one or more lanes layouts (e.g. ``--procs 8 --lanes 2 --epochs graphs=5,eager=5``, ``--procs 4 --lanes
+4``), this compares the epochs per second of all runs together, and prints, on stdout, the
+``gpu_campaign.py`` options of the fastest layout and mode in which every run finished that is at least
+``--min-gain`` times faster than the usual one and whose training fits ``--fit``, else nothing
+(``--cuda-graphs`` only for the mode ``graphs``):
 
-    --lanes K [--cuda-graphs] --wall-seconds {"P":S}
+    --max-procs P --lanes K [--cuda-graphs] --wall-seconds {"P":S}
 
 ``S``: how long one training of ``--epochs`` epochs takes at that layout, from the probe: its runs' median
 seconds per epoch times the epochs, plus what a probe run spent besides its epochs after the first
 (start-up, the first epoch's capture), scaled, with ``--plan``, by how far the probe's estimate for the
 usual layout fell short of the plan's measured ``train.wall_seconds`` there (1.36x on 2026-11-28: a real
-training tests every tenth epoch and reads its own data), times ``--headroom``; nothing if ``S`` passes
-``--fit`` (the campaign would start no training). The reasoning goes to stderr. Usage in one device call::
+training tests every tenth epoch and reads its own data), times ``--headroom``; a layout whose ``S`` passes
+``--fit`` is not chosen (the campaign would start no training). The reasoning goes to stderr. Usage in one device call::
 
     flags=$(python3 benchmarks/pick_layout.py $OUT/speed_base.json $OUT/speed_lanes.json --epochs 200 \\
         --plan benchmarks/campaigns/paper_scale_cifar10.json --fit 490)
@@ -55,7 +56,7 @@ def training_seconds(measured: dict[str, float], epochs: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("base", type=Path, help="train_speed.py OUT.json of the usual layout")
-    p.add_argument("lanes", type=Path, help="train_speed.py OUT.json of the lanes layout")
+    p.add_argument("lanes", type=Path, nargs="+", help="train_speed.py OUT.json of each lanes layout probed")
     p.add_argument("--mode", default="graphs", help="the usual layout's mode (default: graphs)")
     p.add_argument("--epochs", type=int, default=200, help="epochs of the campaign's trainings (default: 200)")
     p.add_argument("--plan", type=Path,
@@ -66,55 +67,59 @@ def main(argv: list[str] | None = None) -> int:
                    "1.10x the scaled estimate, and a training that does not finish is lost)")
     p.add_argument("--fit", type=float,
                    help="seconds a training may take in the call the flags are for (its --budget less the margin "
-                   "and the start): lanes whose training would take longer are not chosen (default: no limit)")
+                   "and the start): layouts whose training would take longer are not chosen (default: no limit)")
     p.add_argument("--min-gain", type=float, default=1.3, help="how much faster lanes must be (default: 1.3)")
     args = p.parse_args(argv)
     try:
         base = layout(json.loads(args.base.read_text()), args.mode)
-        report = json.loads(args.lanes.read_text())
     except (OSError, KeyError, ValueError) as e:
-        print(f"pick_layout: no lanes ({e})", file=sys.stderr)
+        print(f"pick_layout: no lanes (the usual layout: {e})", file=sys.stderr)
         return 0
-    # Every mode the lanes probe ran in which each run finished (eager lanes are the fallback where a capture
-    # fails beside other lanes, as one process in eight did on 2026-11-28); the fastest of them.
-    candidates = {}
-    for mode in dict.fromkeys(r["mode"] for r in report.get("rows", [])):
-        try:
-            candidates[mode] = layout(report, mode)
-        except (KeyError, ValueError) as e:
-            print(f"pick_layout: lanes in mode {mode}: not chosen ({e})", file=sys.stderr)
-    if not candidates:
-        print("pick_layout: no lanes (no mode of the lanes probe finished every run)", file=sys.stderr)
-        return 0
-    mode, lanes = max(candidates.items(), key=lambda item: item[1]["epochs_per_second"])
-    gain = lanes["epochs_per_second"] / base["epochs_per_second"]
-    print(f"pick_layout: {base['procs']} x {base['lanes']} ({args.mode}): {base['epochs_per_second']:.2f} epochs/s; "
-          f"{lanes['procs']} x {lanes['lanes']} ({mode}): {lanes['epochs_per_second']:.2f} epochs/s ({gain:.2f}x)",
-          file=sys.stderr)
-    if gain < args.min_gain or lanes["lanes"] < 2:
-        print(f"pick_layout: no lanes (gain below {args.min_gain})", file=sys.stderr)
-        return 0
-    seconds = training_seconds(lanes, args.epochs)
+    scale = 1.0
     if args.plan is not None:
         # A real training tests every tenth epoch and reads its own data, which a few-epoch probe does not
         # show: scale by what the plan measured for the usual layout against what its probe says.
-        walls = json.loads(args.plan.read_text())["train"].get("wall_seconds", {})
-        measured = walls.get(str(base["procs"]))
+        measured = json.loads(args.plan.read_text())["train"].get("wall_seconds", {}).get(str(base["procs"]))
         if measured:
             scale = measured / training_seconds(base, args.epochs)
             print(f"pick_layout: the plan's {measured:.0f} s at {base['procs']} processes is {scale:.2f}x the "
-                  f"probe's estimate; the lanes' estimate is scaled alike", file=sys.stderr)
-            seconds *= scale
-    seconds = round(seconds * args.headroom)
-    if args.fit is not None and seconds > args.fit:
-        # gpu_campaign.py would start none of them: the usual layout trains at least its eight.
-        print(f"pick_layout: no lanes (a training would take {seconds} s, more than the {args.fit:.0f} s of --fit)",
-              file=sys.stderr)
+                  f"probe's estimate; each layout's estimate is scaled alike", file=sys.stderr)
+    print(f"pick_layout: {base['procs']} x {base['lanes']} ({args.mode}): {base['epochs_per_second']:.2f} epochs/s",
+          file=sys.stderr)
+    # Every layout and mode probed in which each run finished (eager lanes are the fallback where a capture
+    # fails beside other lanes, as one process in eight did on 2026-11-28), if faster enough and short enough.
+    chosen: tuple[str, dict[str, float], int] | None = None
+    for path in args.lanes:
+        try:
+            report = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            print(f"pick_layout: {path}: not read ({e})", file=sys.stderr)
+            continue
+        for mode in dict.fromkeys(r["mode"] for r in report.get("rows", [])):
+            name = f"{report.get('procs')} x {report.get('lanes', 1)} ({mode})"
+            try:
+                lanes = layout(report, mode)
+            except (KeyError, ValueError) as e:
+                print(f"pick_layout: {name}: not chosen ({e})", file=sys.stderr)
+                continue
+            gain = lanes["epochs_per_second"] / base["epochs_per_second"]
+            seconds = round(training_seconds(lanes, args.epochs) * scale * args.headroom)
+            why = ("one training a process" if lanes["lanes"] < 2 else f"gain below {args.min_gain}"
+                   if gain < args.min_gain else f"more than the {args.fit:.0f} s of --fit"
+                   if args.fit is not None and seconds > args.fit else "")
+            print(f"pick_layout: {name}: {lanes['epochs_per_second']:.2f} epochs/s ({gain:.2f}x), a training "
+                  f"{seconds} s{': not chosen, ' + why if why else ''}", file=sys.stderr)
+            if not why and (chosen is None or lanes["epochs_per_second"] > chosen[1]["epochs_per_second"]):
+                chosen = (mode, lanes, seconds)
+    if chosen is None:
+        print("pick_layout: no lanes", file=sys.stderr)
         return 0
+    mode, lanes, seconds = chosen
+    procs = int(lanes["procs"])
     # No spaces or quotes to strip: the shell splits $flags on spaces and passes the rest as it is.
-    walls = json.dumps({str(lanes["procs"]): seconds}, separators=(",", ":"))
+    walls = json.dumps({str(procs): seconds}, separators=(",", ":"))
     graphs = " --cuda-graphs" if mode == "graphs" else ""
-    print(f"--lanes {lanes['lanes']}{graphs} --wall-seconds {walls}")
+    print(f"--max-procs {procs} --lanes {lanes['lanes']}{graphs} --wall-seconds {walls}")
     return 0
 
 

@@ -31,9 +31,9 @@ def test_lanes_are_chosen_only_when_faster(tmp_path: Path, capsys, lanes_seconds
     if not chosen:
         assert out == ""
         return
-    assert out == '--lanes 3 --cuda-graphs --wall-seconds {"8":516}'  # (30 s + 200 x 2.0) x 1.2 headroom
-    args = gpu_campaign.build_parser().parse_args(["plan.json", *out.split()])  # as the shell splits $flags
-    assert args.lanes == 3 and args.cuda_graphs and args.wall_seconds == {"8": 516}
+    assert out == '--max-procs 8 --lanes 3 --cuda-graphs --wall-seconds {"8":516}'  # (30 s + 200 x 2.0) x 1.2 headroom
+    args = gpu_campaign.build_parser().parse_args(["plan.json", "--max-procs", "2", *out.split()])  # as the shell splits $flags
+    assert args.max_procs == 8 and args.lanes == 3 and args.cuda_graphs and args.wall_seconds == {"8": 516}
 
 
 def test_a_failed_probe_chooses_nothing(tmp_path: Path):
@@ -60,7 +60,7 @@ def test_the_plan_s_measured_time_scales_the_estimate(tmp_path: Path, capsys):
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"train": {"wall_seconds": {"1": 200, "8": 447}}}))
     assert pick_layout.main([str(base), str(lanes), "--epochs", "200", "--plan", str(plan), "--headroom", "1.1"]) == 0
-    assert capsys.readouterr().out.strip() == '--lanes 3 --cuda-graphs --wall-seconds {"8":710}'
+    assert capsys.readouterr().out.strip() == '--max-procs 8 --lanes 3 --cuda-graphs --wall-seconds {"8":710}'
 
 
 def test_the_pace_is_the_median_run_s_not_the_sum_of_each_run_s(tmp_path: Path):
@@ -80,8 +80,8 @@ def test_eager_lanes_are_chosen_where_the_captured_ones_failed(tmp_path: Path, c
     (tmp_path / "lanes.json").write_text(json.dumps({"procs": 8, "lanes": 2, "rows": graphs + eager}))
     assert pick_layout.main([str(base), str(tmp_path / "lanes.json"), "--headroom", "1"]) == 0
     captured = capsys.readouterr()
-    assert captured.out.strip() == '--lanes 2 --wall-seconds {"8":350}'  # 30 s + 200 x 1.6; no --cuda-graphs
-    assert "mode graphs: not chosen" in captured.err
+    assert captured.out.strip() == '--max-procs 8 --lanes 2 --wall-seconds {"8":350}'  # 30 s + 200 x 1.6; no --cuda-graphs
+    assert "8 x 2 (graphs): not chosen (graphs: not every run finished" in captured.err
 
 
 def test_the_faster_mode_of_the_lanes_probe_is_chosen(tmp_path: Path, capsys):
@@ -90,7 +90,7 @@ def test_the_faster_mode_of_the_lanes_probe_is_chosen(tmp_path: Path, capsys):
     eager = [{**row, "mode": "eager", "median_epoch_seconds": 1.9} for row in graphs]
     (tmp_path / "lanes.json").write_text(json.dumps({"procs": 8, "lanes": 2, "rows": graphs + eager}))
     assert pick_layout.main([str(base), str(tmp_path / "lanes.json"), "--headroom", "1"]) == 0
-    assert capsys.readouterr().out.strip() == '--lanes 2 --cuda-graphs --wall-seconds {"8":310}'
+    assert capsys.readouterr().out.strip() == '--max-procs 8 --lanes 2 --cuda-graphs --wall-seconds {"8":310}'
 
 
 def test_lanes_whose_trainings_would_not_fit_the_call_are_not_chosen(tmp_path: Path, capsys):
@@ -99,6 +99,22 @@ def test_lanes_whose_trainings_would_not_fit_the_call_are_not_chosen(tmp_path: P
     lanes = _report(tmp_path / "lanes.json", 8, 3, 2.0)
     assert pick_layout.main([str(base), str(lanes), "--fit", "500"]) == 0
     captured = capsys.readouterr()
-    assert captured.out == "" and "more than the 500 s of --fit" in captured.err
+    assert captured.out == "" and "not chosen, more than the 500 s of --fit" in captured.err
     assert pick_layout.main([str(base), str(lanes), "--fit", "520"]) == 0
-    assert capsys.readouterr().out.strip() == '--lanes 3 --cuda-graphs --wall-seconds {"8":516}'
+    assert capsys.readouterr().out.strip() == '--max-procs 8 --lanes 3 --cuda-graphs --wall-seconds {"8":516}'
+
+
+def test_the_fastest_layout_that_fits_is_chosen_among_several(tmp_path: Path, capsys):
+    # 2 x 8 lanes is the fastest (16 / 1.5 = 10.7 epochs/s) but too long for the call; 4 x 4 (16 / 1.6 = 10.0)
+    # fits and beats 8 x 2 (16 / 1.7 = 9.4).
+    base = _report(tmp_path / "base.json", 8, 1, 1.34)
+    reports = [_report(tmp_path / "a.json", 8, 2, 1.7), _report(tmp_path / "b.json", 4, 4, 1.6),
+               _report(tmp_path / "c.json", 2, 8, 1.5)]
+    slow_start = json.loads(reports[2].read_text())
+    for row in slow_start["rows"]:
+        row["wall_seconds"] += 200  # 230 s besides the epochs
+    reports[2].write_text(json.dumps(slow_start))
+    assert pick_layout.main([str(base), *map(str, reports), "--headroom", "1", "--fit", "400"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() == '--max-procs 4 --lanes 4 --cuda-graphs --wall-seconds {"4":350}'
+    assert "2 x 8 (graphs): 10.67 epochs/s" in captured.err and "not chosen, more than the 400 s" in captured.err
