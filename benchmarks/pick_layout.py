@@ -68,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fit", type=float,
                    help="seconds a training may take in the call the flags are for (its --budget less the margin "
                    "and the start): layouts whose training would take longer are not chosen (default: no limit)")
+    p.add_argument("--max-lanes", type=int,
+                   help="layouts with more lanes a process are not chosen: policy_quality.py fills a process's lanes "
+                   "with seeds of one policy, so a campaign of 3 seeds a policy uses at most 3 (default: no limit)")
     p.add_argument("--min-gain", type=float, default=1.3, help="how much faster lanes must be (default: 1.3)")
     args = p.parse_args(argv)
     try:
@@ -104,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             gain = lanes["epochs_per_second"] / base["epochs_per_second"]
             seconds = round(training_seconds(lanes, args.epochs) * scale * args.headroom)
-            why = ("one training a process" if lanes["lanes"] < 2 else f"gain below {args.min_gain}"
+            why = ("one training a process" if lanes["lanes"] < 2 else f"more lanes than --max-lanes {args.max_lanes}"
+                   if args.max_lanes is not None and lanes["lanes"] > args.max_lanes else f"gain below {args.min_gain}"
                    if gain < args.min_gain else f"more than the {args.fit:.0f} s of --fit"
                    if args.fit is not None and seconds > args.fit else "")
             print(f"pick_layout: {name}: {lanes['epochs_per_second']:.2f} epochs/s ({gain:.2f}x), a training "

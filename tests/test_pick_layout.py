@@ -118,3 +118,13 @@ def test_the_fastest_layout_that_fits_is_chosen_among_several(tmp_path: Path, ca
     captured = capsys.readouterr()
     assert captured.out.strip() == '--max-procs 4 --lanes 4 --cuda-graphs --wall-seconds {"4":350}'
     assert "2 x 8 (graphs): 10.67 epochs/s" in captured.err and "not chosen, more than the 400 s" in captured.err
+
+
+def test_layouts_with_more_lanes_than_a_policy_has_seeds_are_not_chosen(tmp_path: Path, capsys):
+    # A campaign process holds seeds of one policy: with 3 seeds, 4 lanes would run 3.
+    base = _report(tmp_path / "base.json", 8, 1, 1.34)
+    reports = [_report(tmp_path / "a.json", 5, 3, 1.7), _report(tmp_path / "b.json", 4, 4, 1.5)]
+    assert pick_layout.main([str(base), *map(str, reports), "--headroom", "1", "--max-lanes", "3"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() == '--max-procs 5 --lanes 3 --cuda-graphs --wall-seconds {"5":370}'
+    assert "4 x 4 (graphs): 10.67 epochs/s (1.79x), a training 330 s: not chosen, more lanes than --max-lanes 3" in captured.err
