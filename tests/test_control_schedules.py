@@ -210,6 +210,32 @@ def test_reordered_controls_keep_every_entry_and_change_only_their_order(cs):
         cs.reordered_schedule(Schedule(prob[:1], mag[:1], name="one"), "reversed")
 
 
+def test_smoothed_control_averages_a_centred_window_and_keeps_a_constant_schedule(cs):
+    from hba_augment.functional import OPS
+
+    lows = [o.low if o.has_magnitude else np.nan for o in OPS]
+    highs = [o.high if o.has_magnitude else np.nan for o in OPS]
+    prob = np.zeros((10, 2, NUM_OPS))
+    prob[::2] = 0.5  # jitter: 0.5, 0, 0.5, 0, ...
+    even = (np.arange(10) % 2 == 0)[:, None, None]
+    mag = np.broadcast_to(np.where(even, np.asarray(highs), np.asarray(lows)), (10, 2, NUM_OPS))
+    learned = Schedule(prob, mag, name="jitter")
+    smooth = cs.smoothed_schedule(learned, 0.3)  # 3 entries: e-1, e, e+1
+    assert smooth.name == "jitter-smooth30" and smooth.epochs == 10
+    np.testing.assert_allclose(smooth.prob[1:-1, 0, 0], [1 / 3, 1 / 6] * 4)  # odd entries see two 0.5s, even one
+    np.testing.assert_allclose(smooth.prob[0], 0.25)  # cut at the start: entries 0 and 1
+    # Magnitudes weighted by probability: only the entries that may fire (the high ones) count.
+    has = np.array([o.has_magnitude for o in OPS])
+    np.testing.assert_allclose(smooth.mag[3][:, has], np.broadcast_to(np.asarray(highs)[has], (2, int(has.sum()))))
+    assert np.isnan(smooth.mag[:, :, ~has]).all()
+    constant = Schedule(np.full((5, 2, NUM_OPS), 0.2), np.broadcast_to(np.asarray(highs), (5, 2, NUM_OPS)), name="c")
+    np.testing.assert_allclose(cs.smoothed_schedule(constant, 1.0).prob, constant.prob)
+    with pytest.raises(ValueError, match="window must be"):
+        cs.smoothed_schedule(learned, 0)
+    with pytest.raises(ValueError, match="one entry"):
+        cs.smoothed_schedule(Schedule(prob[:1], mag[:1], name="one"), 0.5)
+
+
 def test_mean_strength_weighs_each_slot_s_distance_from_identity_by_its_probability(cs):
     from hba_augment.functional import OPS
 
