@@ -136,6 +136,7 @@ class Campaign:
         self.start = time.monotonic()
         # (label, process, its log file, the runs it may have going at once)
         self.procs: list[tuple[str, subprocess.Popen[bytes], Any, int]] = []
+        self.planned: list[tuple[str, int]] = []  # what --dry-run would have started
 
     # -- paths and policies -------------------------------------------------------------------------
     def search_dir(self, name: str) -> Path:
@@ -249,6 +250,9 @@ class Campaign:
         return max(1, population_config_from_args(args, "cpu").procs)
 
     def launch(self, label: str, cmd: list[str], log: Path, slots: int = 1) -> None:
+        if self.args.dry_run:  # counted as running, started never
+            self.planned.append((label, slots))
+            return
         log.parent.mkdir(parents=True, exist_ok=True)
         handle = open(log, "a", encoding="utf-8")  # closed in stop_all, once the process has ended
         handle.write(f"$ {shlex.join(cmd)}\n")
@@ -294,7 +298,8 @@ class Campaign:
 
     def running(self) -> int:
         """Runs (searches and trainings) that may be going now."""
-        return sum(slots for _, proc, _, slots in self.procs if proc.poll() is None)
+        return (sum(slots for _, proc, _, slots in self.procs if proc.poll() is None)
+                + sum(slots for _, slots in self.planned))
 
     def stop_all(self) -> None:
         for label, proc, _, _ in self.procs:
@@ -332,13 +337,10 @@ class Campaign:
     def dry_run(self) -> int:
         """Print what this call would start at once, starting nothing and writing nothing (``--dry-run``): check
         a call's options here before spending device time on them."""
-        started: list[tuple[str, int]] = []
-        self.launch = lambda label, cmd, log, slots=1: started.append((label, slots))  # type: ignore[method-assign]
-        self.running = lambda: sum(slots for _, slots in started)  # type: ignore[method-assign]
         self.start_searches()
         pending = {split: list(spec["policies"]) for split, spec in self.plan["evals"].items()}
         self.launch_ready(pending)
-        for label, slots in started:
+        for label, slots in self.planned:
             lanes = "" if label.startswith("search ") else f" x {self.args.lanes} lane(s)"
             print(f"would start {label[:100]}{'...' if len(label) > 100 else ''} ({slots} process(es){lanes})")
         print(f"{self.running()} process(es) at once: a training {self.run_seconds(self.running()):.0f} s of the "

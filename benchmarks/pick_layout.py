@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from train_speed import pace  # the probe's own measure of a layout
 
 
 def layout(report: dict[str, Any], mode: str) -> dict[str, float]:
@@ -39,18 +41,29 @@ def layout(report: dict[str, Any], mode: str) -> dict[str, float]:
     rows = [r for r in report["rows"] if r["mode"] == mode]
     if not rows or any(r["exit_code"] != 0 or not r.get("median_epoch_seconds") for r in rows):
         raise ValueError(f"{mode}: not every run finished ({len(rows)} runs)")
-    medians = [r["median_epoch_seconds"] for r in rows]
     overheads = [r["wall_seconds"] - (r["epochs"] - 1) * r["median_epoch_seconds"] for r in rows]
-    # All runs at the median run's pace: a few epochs are too few for the sum of each run's own rate, which
-    # counts the runs that started last and ran alone at the end (0.8 s an epoch against 1.66 on 2026-11-28).
-    median = statistics.median(medians)
-    return {"procs": report["procs"], "lanes": report.get("lanes", 1), "epochs_per_second": len(rows) / median,
+    median, together = pace([r["median_epoch_seconds"] for r in rows])
+    return {"procs": report["procs"], "lanes": report.get("lanes", 1), "epochs_per_second": together,
             "seconds_per_epoch": median, "overhead": max(overheads)}
 
 
 def training_seconds(measured: dict[str, float], epochs: int) -> float:
     """One training of ``epochs`` epochs at a layout's pace, from its probe."""
     return measured["overhead"] + epochs * measured["seconds_per_epoch"]
+
+
+def _refusal(args: argparse.Namespace, lanes: int, gain: float, seconds: int) -> str:
+    """Why a layout of ``lanes`` a process, ``gain`` times the usual layout's pace and ``seconds`` a training
+    is not chosen (``""``: it may be)."""
+    if lanes < 2:
+        return "one training a process"
+    if args.max_lanes is not None and lanes > args.max_lanes:
+        return f"more lanes than --max-lanes {args.max_lanes}"
+    if gain < args.min_gain:
+        return f"gain below {args.min_gain}"
+    if args.fit is not None and seconds > args.fit:
+        return f"more than the {args.fit:.0f} s of --fit"
+    return ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,10 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             gain = lanes["epochs_per_second"] / base["epochs_per_second"]
             seconds = round(training_seconds(lanes, args.epochs) * scale * args.headroom)
-            why = ("one training a process" if lanes["lanes"] < 2 else f"more lanes than --max-lanes {args.max_lanes}"
-                   if args.max_lanes is not None and lanes["lanes"] > args.max_lanes else f"gain below {args.min_gain}"
-                   if gain < args.min_gain else f"more than the {args.fit:.0f} s of --fit"
-                   if args.fit is not None and seconds > args.fit else "")
+            why = _refusal(args, lanes["lanes"], gain, seconds)
             print(f"pick_layout: {name}: {lanes['epochs_per_second']:.2f} epochs/s ({gain:.2f}x), a training "
                   f"{seconds} s{': not chosen, ' + why if why else ''}", file=sys.stderr)
             if not why and (chosen is None or lanes["epochs_per_second"] > chosen[1]["epochs_per_second"]):

@@ -438,22 +438,21 @@ def test_compile_is_a_bool_or_torch_compiles_arguments(cifar_images):
     assert torch.equal(grouped, augment(cifar_images[:8], prob, mag))
 
 
-def test_compiled_pixel_work_runs_and_compiles_under_eager_numerics(cifar_images, monkeypatch):
+def test_compiled_pixel_work_compiles_under_eager_numerics(cifar_images, monkeypatch):
     """Triton fuses ``a * b + c`` into one FMA and divides through an approximate reciprocal unless inductor
-    is told otherwise; either moves a value across a uint8 truncation now and then. The compiled call (and
-    so its compilation, which happens inside its first call) runs with both turned off, whatever options
-    the caller gives (``mode`` excludes ``options`` in ``torch.compile``)."""
-    from torch._inductor import config
+    is told otherwise; either moves a value across a uint8 truncation now and then. The pixel work is
+    compiled with both turned off among inductor's options, whatever the caller gives: a ``mode`` becomes
+    its options (``torch.compile`` takes one or the other), options the caller gives win, and another
+    backend gets the caller's arguments as they are."""
+    from torch._inductor import config, list_mode_options
 
     monkeypatch.setattr(augment_module, "_FORCE_SYNC_FREE", True)
     monkeypatch.setattr(augment_module, "_COMPILED", {})
     seen = []
 
     def recorder(function, **options):
-        def call(*args, **kwargs):
-            seen.append((options, config.emulate_precision_casts, config.eager_numerics.division_rounding))
-            return function(*args, **kwargs)
-        return call
+        seen.append(options)
+        return function
 
     monkeypatch.setattr(torch, "compile", recorder)
     prob, mag = _policy(0.5, 0.5, 8)
@@ -461,8 +460,13 @@ def test_compiled_pixel_work_runs_and_compiles_under_eager_numerics(cifar_images
     compiled = augment(cifar_images[:8], prob, mag, compile={"mode": "max-autotune-no-cudagraphs"})
     torch.manual_seed(0)
     assert torch.equal(compiled, augment(cifar_images[:8], prob, mag))
-    assert seen == [({"fullgraph": True, "mode": "max-autotune-no-cudagraphs"}, True, True)]
-    assert not config.emulate_precision_casts and not config.eager_numerics.division_rounding  # restored
+    numerics = {"emulate_precision_casts": True, "eager_numerics.division_rounding": True}
+    assert seen == [{"fullgraph": True, "options": {**list_mode_options("max-autotune-no-cudagraphs"), **numerics}}]
+    assert all(name in config.get_config_copy() for name in numerics)  # inductor's own names for them
+    arguments = augment_module._compile_arguments
+    assert arguments({"options": {"emulate_precision_casts": False}}) == {
+        "options": {**numerics, "emulate_precision_casts": False}}
+    assert arguments({"backend": "aot_eager", "dynamic": False}) == {"backend": "aot_eager", "dynamic": False}
 
 
 @cuda

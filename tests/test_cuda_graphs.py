@@ -257,12 +257,24 @@ def test_the_capture_gate_lets_calls_share_it_and_a_capture_wait_for_them_and_go
 
 
 def test_a_thread_holding_the_capture_gate_passes_it_again():
-    # A call nested in a call (a policy's graph inside a captured step) must not wait for itself.
+    # A call nested in a call (a policy's graph inside a captured step) must not wait for itself. In a thread
+    # of its own, so that a gate that did wait fails this test instead of hanging the suite.
+    import threading
+
     gate = _graphs.CaptureGate()
-    with gate.call(), gate.capture(), gate.call():
-        assert gate._calls == 1 and not gate._capturing
-    with gate.capture(), gate.call():
-        assert gate._capturing and gate._calls == 0
+    seen = []
+
+    def nested():
+        with gate.call(), gate.capture(), gate.call():
+            seen.append((gate._calls, gate._capturing))
+        with gate.capture(), gate.call():
+            seen.append((gate._calls, gate._capturing))
+
+    thread = threading.Thread(target=nested, daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "the gate made a thread wait for itself"
+    assert seen == [(1, False), (0, True)]
     assert (gate._calls, gate._capturing) == (0, False)
 
 

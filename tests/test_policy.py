@@ -816,7 +816,8 @@ def test_compile_reaches_the_batched_call_across_epochs(monkeypatch):
         eager.set_epoch(epoch)
         compiled.set_epoch(epoch)
         torch.testing.assert_close(compiled(x, generator=g_compiled), eager(x, generator=g_eager), rtol=0, atol=0)
-    assert compiled_with == [{"fullgraph": True, "dynamic": False}]  # compiled once, with the options given
+    # Compiled once, with the options given (and the eager-numerics settings among inductor's options).
+    assert compiled_with == [{"fullgraph": True, "dynamic": False, "options": augment_module._EAGER_NUMERICS}]
 
 
 def test_torch_compile_of_the_transform_gives_its_pixels():

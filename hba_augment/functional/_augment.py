@@ -567,45 +567,36 @@ _COMPILED: dict[str, Callable[..., Tensor]] = {}
 #: (docs/contract.md, section 2). By default Triton fuses ``a * b + c`` into one FMA and divides through an
 #: approximate reciprocal; either can move a value across the integer boundary at which the uint8
 #: conversion truncates (the likely cause of a compiled uint8 batch that differed from the eager one on an H100
-#: and an H200, 2026-11-28).
-#: Inductor's CPU code does neither. Set while the compiled call runs (and so while it compiles), not
-#: through ``torch.compile(options=...)``, which excludes a ``mode`` the caller may give.
+#: and an H200, 2026-11-28). Inductor's CPU code does neither.
 _EAGER_NUMERICS = {"emulate_precision_casts": True, "eager_numerics.division_rounding": True}
 
 
-def _eager_numerics() -> dict[str, bool]:
-    """The settings of :data:`_EAGER_NUMERICS` that this torch's inductor has (an older one lacks some)."""
-    from torch._inductor import config
+def _compile_arguments(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``torch.compile``'s arguments for the pixel work: the caller's, with :data:`_EAGER_NUMERICS` (those
+    this torch's inductor has) among inductor's ``options``. A caller's ``mode`` becomes the options it
+    stands for (``torch.compile`` takes a mode or options, not both; it applies a mode as those options
+    itself); options the caller gives win. Other backends get the caller's arguments as they are."""
+    arguments = dict(options)
+    if arguments.get("backend", "inductor") != "inductor":
+        return arguments
+    from torch._inductor import config, list_mode_options
 
-    present = {}
-    for name, value in _EAGER_NUMERICS.items():
-        owner, *rest = config, *name.split(".")
-        try:
-            for part in rest:
-                owner = getattr(owner, part)
-        except AttributeError:
-            continue
-        present[name] = value
-    return present
+    known = config.get_config_copy()
+    mode = arguments.pop("mode", None)
+    arguments["options"] = {**(list_mode_options(mode, arguments.get("dynamic")) if mode else {}),
+                            **{k: v for k, v in _EAGER_NUMERICS.items() if k in known},
+                            **arguments.get("options", {})}
+    return arguments
 
 
 def _compiled_pixels(options: bool | Mapping[str, Any]) -> Callable[..., Tensor]:
-    """``torch.compile(_static_pixels, fullgraph=True, **options)``, made once per distinct ``options``
-    (``True``: none), called under :data:`_EAGER_NUMERICS`."""
+    """``torch.compile(_static_pixels, fullgraph=True, ...)`` with :func:`_compile_arguments` of ``options``,
+    made once per distinct ``options`` (``True``: none)."""
     options = {} if options is True else dict(options)
     key = repr(sorted(options.items()))  # (values such as inductor's own option dicts are not hashable)
     compiled = _COMPILED.get(key)
     if compiled is None:
-        from torch._inductor import config
-
-        inner = torch.compile(_static_pixels, **{"fullgraph": True, **options})
-        numerics = _eager_numerics()
-
-        def compiled(*args: Any, **kwargs: Any) -> Tensor:
-            with config.patch(numerics):
-                return inner(*args, **kwargs)
-
-        _COMPILED[key] = compiled
+        compiled = _COMPILED[key] = torch.compile(_static_pixels, **{"fullgraph": True, **_compile_arguments(options)})
     return compiled
 
 
