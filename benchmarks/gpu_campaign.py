@@ -24,7 +24,7 @@ log), ``schedules/`` (the controls: ``start-<search>.json``, each search's start
 Each entry of ``evals`` is a folder of records, named ``val`` or ``test`` after the split its runs are
 tested on, or named freely with that split as its ``eval_split`` (e.g. more seeds of a few policies on the
 test split, kept apart from the main table; ``benchmarks/paired.py`` reads several tables at once). Entries
-start in the plan's order.
+start in the plan's order, or only those named by ``--evals``, in its order.
 
 Policies in a plan: torchvision's (``trivialaugment``, ``autoaugment``, ``randaugment``), the training
 baselines (``none``, ``baseline``, ``cutout``), ``pba`` (PBA's published schedule), ``pba-last`` (its last
@@ -315,6 +315,12 @@ class Campaign:
             handle.close()
 
     # -- the whole call -----------------------------------------------------------------------------
+    def pending(self) -> dict[str, list[str]]:
+        """The policies of each ``evals`` entry this call may run, entry by entry in the order they are
+        started: the plan's, or ``--evals``' (only those entries)."""
+        names = self.args.evals or list(self.plan["evals"])
+        return {split: list(self.plan["evals"][split]["policies"]) for split in names}
+
     def launch_ready(self, pending: dict[str, list[str]]) -> None:
         """Start, per split, the ``pending`` policies whose schedules exist, in plan order, and drop them from
         ``pending``: as many runs at a time as ``--max-procs`` leaves slots for *and* as can still finish in the
@@ -338,7 +344,7 @@ class Campaign:
         """Print what this call would start at once, starting nothing and writing nothing (``--dry-run``): check
         a call's options here before spending device time on them."""
         self.start_searches()
-        pending = {split: list(spec["policies"]) for split, spec in self.plan["evals"].items()}
+        pending = self.pending()
         self.launch_ready(pending)
         for label, slots in self.planned:
             lanes = "" if label.startswith("search ") else f" x {self.args.lanes} lane(s)"
@@ -353,7 +359,7 @@ class Campaign:
     def run(self) -> int:
         self.write_controls()
         searches = self.start_searches()
-        pending = {split: list(spec["policies"]) for split, spec in self.plan["evals"].items()}
+        pending = self.pending()
         # A search that finishes starts its evaluations here; the loop ends when nothing runs or time is up.
         while self.left() > 0:
             self.launch_ready(pending)
@@ -440,6 +446,9 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--no-search", action="store_true",
                        help="start no search, only the runs of schedules that exist: without it, a call too short "
                        "for a search still starts every unfinished one and they only burn its budget")
+    p.add_argument("--evals", action="append", metavar="NAME",
+                   help="run only this entry of the plan's evals (repeatable; the entries start in the order given; "
+                   "default: every entry, in the plan's order): e.g. a new search's runs before older queues")
     p.add_argument("--dry-run", action="store_true",
                    help="print what the call would start at once, start nothing, write nothing")
     p.add_argument("--out", help="campaign folder (default: benchmarks/results/<plan name>)")
@@ -460,6 +469,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise SystemExit(f"gpu_campaign: error: --search {unknown[0]!r} is not a search of {args.plan} "
                          f"({', '.join(plan['searches'])})")
+    unknown = sorted(set(args.evals or ()) - set(plan["evals"]))
+    if unknown:
+        raise SystemExit(f"gpu_campaign: error: --evals {unknown[0]!r} is not an entry of {args.plan}'s evals "
+                         f"({', '.join(plan['evals'])})")
     if args.lanes > 1 and not args.wall_seconds and not args.prepare:
         # The plan's table was measured with one training per process; read for several, it promised 24
         # trainings at once 374 s each on 2026-11-28, and none of them finished in 538 s.

@@ -210,6 +210,28 @@ def test_reordered_controls_keep_every_entry_and_change_only_their_order(cs):
         cs.reordered_schedule(Schedule(prob[:1], mag[:1], name="one"), "reversed")
 
 
+@pytest.mark.parametrize("part", ["probabilities", "magnitudes"])
+def test_a_reordered_part_moves_and_the_other_stays_in_order(cs, part):
+    rng = np.random.default_rng(2)
+    prob = rng.random((7, 2, NUM_OPS))
+    low = np.array([o.low if o.has_magnitude else np.nan for o in OPS])
+    high = np.array([o.high if o.has_magnitude else np.nan for o in OPS])
+    mag = low + rng.random((7, 2, NUM_OPS)) * (high - low)
+    learned = Schedule(prob, mag, name="learned")
+    whole = cs.reordered_schedule(learned, "shuffled", seed=4)
+    half = cs.reordered_schedule(learned, "shuffled", seed=4, part=part)
+    order = half.provenance["order"]
+    assert order == whole.provenance["order"] and half.name == f"learned-time-shuffled4{cs.REORDER_PARTS[part]}"
+    moved, kept = (half.prob, half.mag) if part == "probabilities" else (half.mag, half.prob)
+    source_moved, source_kept = (prob, mag) if part == "probabilities" else (mag, prob)
+    np.testing.assert_array_equal(moved, source_moved[order])
+    np.testing.assert_array_equal(kept, source_kept)
+    rev = cs.reordered_schedule(learned, "reversed", part=part)
+    np.testing.assert_array_equal(rev.prob if part == "probabilities" else rev.mag, source_moved[::-1])
+    with pytest.raises(ValueError, match="part must be one of"):
+        cs.reordered_schedule(learned, "reversed", part="prob")
+
+
 def test_smoothed_control_averages_a_centred_window_and_keeps_a_constant_schedule(cs):
     from hba_augment.functional import OPS
 

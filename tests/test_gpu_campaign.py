@@ -327,3 +327,23 @@ def test_a_dry_run_prints_what_would_start_and_starts_nothing(tmp_path: Path, ca
     assert "4 process(es) at once: a training 350 s" in printed
     assert "test: 1 policies wait" in printed  # hba:s: its search has not run
     assert not out.exists() or not any(out.rglob("*.json"))
+
+
+def test_evals_runs_only_the_named_entries_in_the_order_given(tmp_path: Path, capsys, monkeypatch):
+    """``--evals``: a new search's runs before the plan's older queues, without reordering the plan."""
+    plan = {**_TINY, "train": {**_TINY["train"], "wall_seconds": {"8": 300}},
+            "evals": {"more": {"seeds": [3], "policies": ["none"], "eval_split": "test"},
+                      "test": {"seeds": [0], "policies": ["cutout"]}}}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail("a dry run started a process"))
+    common = [str(path), "--out", str(tmp_path / "c"), "--budget", "500", "--no-search", "--max-procs", "1", "--dry-run"]
+    assert gpu_campaign.main(common) == 0
+    assert "would start more: none" in capsys.readouterr().out  # the plan's order: the one process goes to "more"
+    assert gpu_campaign.main([*common, "--evals", "test", "--evals", "more"]) == 0
+    printed = capsys.readouterr().out
+    assert "would start test: cutout" in printed and "more: 1 policies wait" in printed
+    assert gpu_campaign.main([*common, "--evals", "test"]) == 0
+    assert "more" not in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="--evals 'val' is not an entry"):
+        gpu_campaign.main([*common, "--evals", "val"])
