@@ -402,8 +402,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="also write reversed.json and time-shuffled.json (--seed): the learned schedule's entries in "
                    "reverse and in a random order")
     p.add_argument("--reorder-part", choices=sorted(REORDER_PARTS), default="both",
-                   help="what --reorder moves of each entry (default: both; the files then end in -probabilities "
-                   "or -magnitudes)")
+                   help="what --reorder moves of each entry (default: both; otherwise the files' names end in -prob "
+                   "or -mag, as the schedules' do)")
     p.add_argument("--smooth", type=float, help="also write smoothed.json: the learned schedule averaged over a "
                    "centred moving window of this fraction of its entries")
     p.add_argument("--profile", type=int, metavar="N",
@@ -431,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     shuffled, perm = shuffled_schedule(learned, args.seed)
-    part = "" if args.reorder_part == "both" else f"-{args.reorder_part}"
+    part = REORDER_PARTS[args.reorder_part]
     for name, schedule in (("pba", pba_schedule(Path(args.pba_log), args.pba_epochs)), ("initial", initial_schedule()),
                            ("last", last_entry_schedule(learned)), ("mean", mean_schedule(learned)),
                            ("shuffled", shuffled),
