@@ -32,7 +32,10 @@ Four more uses of the same null, for this package's own population searches:
 - ``--pushes DIR DIR ...``: several finished searches: which ops does selection move the same way from its
   own walk? Each op's probability in each search is placed among the search's twin nulls.
 - ``--schedules DIR``: null schedules of one search setting, to train as controls beside the searched one
-  (``gpu_campaign.py`` writes one per population search as ``null:<search>``).
+  (``gpu_campaign.py`` writes one per population search as ``null:<search>``); with ``--twin-of SEARCH``, its
+  twin nulls (its own explore draws, noise for its scores), and with ``--match-amount N`` too, the one of N
+  twins that augments most like the search at every epoch, so that training it beside the search separates
+  what selection chose of *which* ops from *how much* augmentation.
 
 Usage::
 
@@ -41,6 +44,7 @@ Usage::
     python benchmarks/pbt_null.py --agree runs/population-ta runs/population-ta-seed1 --out runs/agreement.md
     python benchmarks/pbt_null.py --schedules runs/nulls --count 3 --init trivialaugment --population 4 \
         --epochs 100 --every 2
+    python benchmarks/pbt_null.py --schedules runs/nulls --twin-of runs/population-ta --match-amount 2000 --count 1
 """
 
 from __future__ import annotations
@@ -285,6 +289,40 @@ def twin_null_schedule(folder: Path, seed: int) -> Schedule:
                                 # "seed" is whose draws it makes (the search's), as in a search's provenance.
                                 "seed": prov["seed"], "noise_seed": seed, "lineage": chain, **cfg,
                                 "note": "a comparison control for benchmarks; never shipped"})
+
+
+def amount_curves(prob: np.ndarray, mag: np.ndarray) -> np.ndarray:
+    """How much a per-epoch schedule (``(epochs, 2, 15)`` each, this package's values) augments at each epoch:
+    ``(2, epochs)``, its mean probability and its mean magnitude fraction over the slots."""
+    return np.stack([np.asarray(prob).mean(axis=(1, 2)), pbt.mag_fractions(mag).mean(axis=(1, 2))])
+
+
+def matched_twin_schedule(folder: Path, seed: int, candidates: int) -> Schedule:
+    """The twin null of the population search in ``folder`` (:func:`twin_null_schedule`, noise seeds ``seed``
+    ... ``seed + candidates - 1``) that augments most like the search at every epoch: the least root mean
+    square distance between the two schedules' :func:`amount_curves`.
+
+    Selection can win over an ordinary twin by choosing *how much* to augment (searches on the CPU proxy
+    augmented less than most of their twins, and that proxy rewards less augmentation) or by choosing *which*
+    ops when. Trained beside the search, this twin holds the first (nearly) equal, so what is left between
+    them is the second.
+    """
+    if candidates < 1:
+        raise ValueError(f"candidates must be at least 1, got {candidates}")
+    searched = Schedule.load(folder / "schedule.json")
+    target = amount_curves(searched.prob, searched.mag)
+    twins = [twin_null_schedule(folder, s) for s in range(seed, seed + candidates)]
+    distances = [float(np.sqrt(((amount_curves(t.prob, t.mag) - target) ** 2).mean(axis=1).sum())) for t in twins]
+    best = int(np.argmin(distances))
+    twin = twins[best]
+    provenance = {**twin.provenance,
+                  "control": "the amount-matched twin null of a population search: of its twin nulls (its own explore "
+                             "draws, noise for its scores), the one whose per-epoch mean probability and mean magnitude "
+                             "fraction are nearest the search's (benchmarks/pbt_null.py)",
+                  "candidates": candidates, "amount_distance": round(distances[best], 6),
+                  "amount_distance_median": round(float(np.median(distances)), 6)}
+    return Schedule(twin.prob, twin.mag, name=f"matched-twin-{folder.name}-{seed}", count_probs=twin.count_probs,
+                    provenance=provenance)
 
 
 def ramp_epoch(mean: np.ndarray, level: float = RAMP_LEVEL) -> np.ndarray:
@@ -760,6 +798,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--twin-of", metavar="SEARCH",
                    help="with --schedules: write twin nulls of the population search in the folder SEARCH instead "
                         "(twin-<search>-<seed>.json): its settings and its own explore draws, noise for its scores")
+    p.add_argument("--match-amount", type=int, metavar="N",
+                   help="with --twin-of: write, for each of --count, the one of N twin nulls that augments most like "
+                        "the search at every epoch (matched-twin-<search>-<first seed>.json)")
     p.add_argument("--init", default="trivialaugment", help="the search's --init (default: trivialaugment)")
     p.add_argument("--population", type=int, default=4, help="the search's --population (default: 4)")
     p.add_argument("--epochs", type=int, default=100, help="the search's --epochs (default: 100)")
@@ -785,11 +826,18 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--count must be at least 1, got {args.count}")
     if args.twin_of and not args.schedules:
         p.error("--twin-of needs --schedules DIR (where to write the twin nulls)")
+    if args.match_amount is not None and not args.twin_of:
+        p.error("--match-amount needs --twin-of SEARCH")
+    if args.match_amount is not None and args.match_amount < 1:
+        p.error(f"--match-amount must be at least 1, got {args.match_amount}")
     if args.schedules:
         out = Path(args.schedules)
         out.mkdir(parents=True, exist_ok=True)
-        for seed in range(args.seed, args.seed + args.count):
-            if args.twin_of:
+        pool = args.match_amount or 1
+        for seed in range(args.seed, args.seed + args.count * pool, pool):
+            if args.match_amount:
+                schedule = matched_twin_schedule(Path(args.twin_of), seed, args.match_amount)
+            elif args.twin_of:
                 schedule = twin_null_schedule(Path(args.twin_of), seed)
             else:
                 schedule = null_schedule(args.init, seed, population=args.population, epochs=args.epochs,

@@ -318,6 +318,38 @@ def test_a_twin_null_shares_the_search_s_draws_and_not_its_selection(tmp_path):
         pbt_null.main(["--twin-of", str(folder)])
 
 
+def test_an_amount_matched_twin_augments_like_the_search_and_is_one_of_its_twins(tmp_path):
+    """The matched twin is the twin (same draws, noise for scores) nearest the search in how much it augments
+    at each epoch: nearer than the ordinary twin, and exactly the twin of its noise seed."""
+    folder = SEARCHES / "proxy_population/searches/population-zero-same"
+    searched = Schedule.load(folder / "schedule.json")
+    matched = pbt_null.matched_twin_schedule(folder, 0, 40)
+    prov = matched.provenance
+    assert matched.name == "matched-twin-population-zero-same-0" and prov["candidates"] == 40
+    assert 0 <= prov["noise_seed"] < 40
+    twin = pbt_null.twin_null_schedule(folder, prov["noise_seed"])
+    np.testing.assert_array_equal(matched.prob, twin.prob)
+    assert prov["lineage"] == twin.provenance["lineage"]
+
+    def distance(schedule):
+        a, b = pbt_null.amount_curves(schedule.prob, schedule.mag), pbt_null.amount_curves(searched.prob, searched.mag)
+        return float(np.sqrt(((a - b) ** 2).mean(axis=1).sum()))
+
+    assert prov["amount_distance"] == pytest.approx(distance(matched), abs=1e-6)
+    assert all(distance(matched) <= distance(pbt_null.twin_null_schedule(folder, s)) + 1e-12 for s in range(40))
+    assert prov["amount_distance"] < prov["amount_distance_median"]
+    with pytest.raises(ValueError, match="candidates must be at least 1, got 0"):
+        pbt_null.matched_twin_schedule(folder, 0, 0)
+    assert pbt_null.main(["--schedules", str(tmp_path), "--twin-of", str(folder), "--match-amount", "5",
+                          "--count", "2"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["matched-twin-population-zero-same-0.json",
+                                                          "matched-twin-population-zero-same-5.json"]
+    for bad in (["--twin-of", str(folder), "--schedules", str(tmp_path), "--match-amount", "0"],
+                ["--schedules", str(tmp_path), "--match-amount", "5"]):
+        with pytest.raises(SystemExit):
+            pbt_null.main(bad)
+
+
 def test_a_twin_null_sits_inside_its_own_twins_and_the_report_places_the_search(tmp_path):
     """A twin null, reported as a search, is a draw from the twins' distribution: not extreme. The report
     of a real search carries the twin table."""
