@@ -31,8 +31,11 @@ baselines (``none``, ``baseline``, ``cutout``), ``pba`` (PBA's published schedul
 policy held for every epoch: PBA without its curriculum), ``start:<search>`` (that
 search's starting policy held for every epoch: the control it must beat), ``null:<search>`` (for a
 population search: the schedule the same search writes when its scores are noise, ``benchmarks/pbt_null.py``:
-did its selection learn, or did its explore step alone move the schedule?), ``hba:<search>`` (its learned
-schedule) and ``hba:<shipped name or path>``.
+did its selection learn, or did its explore step alone move the schedule?), ``twin:<search>`` (for a
+population search: its twin null, the same search's own explore draws with noise for its scores, written when
+the search ends: what did its selection add to its own walk?), ``matched-twin:<search>`` (of 2,000 twin
+nulls, the one that augments most like the search at every epoch: did selection choose which ops, or only how
+much?), ``hba:<search>`` (its learned schedule) and ``hba:<shipped name or path>``.
 
 On the lent GPU (``../shared/reference/GPU.md``; the data travels in an ignored folder named in ``carry``)::
 
@@ -69,6 +72,11 @@ RESULTS = REPO / "benchmarks" / "results"
 TORCHVISION_POLICIES = ("none", "baseline", "cutout", "autoaugment", "randaugment", "trivialaugment")
 #: PBA's published schedule and its last policy held (written into ``schedules/`` by ``--prepare``).
 PBA_CONTROLS = ("pba", "pba-last")
+#: Controls of a population search written when it ends (``benchmarks/pbt_null.py``): the kind, and how many
+#: twin nulls the amount-matched twin is chosen from (``None``: the plain twin of noise seed 0).
+TWIN_KINDS = {"twin": None, "matched-twin": 2000}
+#: Controls of a search, by kind: only a population search has a null and twins.
+_SEARCH_CONTROLS = ("start", "null", *TWIN_KINDS)
 _PLAN_KEYS = {"name", "description", "data", "dataset", "search_args", "train", "searches", "evals"}
 _TRAIN_KEYS = {"model", "epochs", "train_size", "preset", "extra", "wall_seconds"}
 _SPLIT_KEYS = {"seeds", "policies", "test_size", "eval_split"}
@@ -117,11 +125,11 @@ def load_plan(path: str | os.PathLike[str]) -> dict[str, Any]:
                              f"with keys {sorted(_SPLIT_KEYS)} and a non-empty policies list")
         for policy in spec["policies"]:
             kind, _, name = policy.partition(":")
-            if kind in ("start", "null") and name not in plan["searches"]:
+            if kind in _SEARCH_CONTROLS and name not in plan["searches"]:
                 raise ValueError(f"plan {path}: {policy!r} names no search of the plan ({sorted(plan['searches'])})")
-            if kind == "null" and not _is_population(plan["searches"][name]):
+            if kind in _SEARCH_CONTROLS[1:] and not _is_population(plan["searches"][name]):
                 raise ValueError(f"plan {path}: {policy!r} needs a search with --objective population")
-            if not (policy in (*TORCHVISION_POLICIES, *PBA_CONTROLS) or kind in ("start", "null", "hba")):
+            if not (policy in (*TORCHVISION_POLICIES, *PBA_CONTROLS) or kind in (*_SEARCH_CONTROLS, "hba")):
                 raise ValueError(f"plan {path}: unknown policy {policy!r}")
     return plan
 
@@ -149,6 +157,8 @@ class Campaign:
             return policy, self.root / "schedules" / f"{policy}.json"
         if kind in ("start", "null"):
             return f"{kind}-{name}", self.root / "schedules" / f"{kind}-{name}.json"
+        if kind in TWIN_KINDS:  # named as pbt_null.py names them (noise seed 0), as the plan's older twins are
+            return f"{kind}-{name}-0", self.root / "schedules" / f"{kind}-{name}-0.json"
         if kind == "hba" and name in self.plan["searches"]:
             return name, self.search_dir(name) / "schedule.json"
         return policy, None
@@ -224,6 +234,23 @@ class Campaign:
             for name, schedule in (("pba", pba), ("pba-last", last_entry_schedule(pba))):
                 if not (folder / f"{name}.json").exists():
                     schedule.save(folder / f"{name}.json")
+
+    def write_twins(self, policies: list[str]) -> None:
+        """The ``twin:`` and ``matched-twin:`` schedules among ``policies`` whose search has ended (its
+        ``schedule.json`` exists) and that are not written yet: numpy only, seconds."""
+        from pbt_null import matched_twin_schedule, twin_null_schedule
+
+        for policy in policies:
+            kind, _, name = policy.partition(":")
+            _, path = self.schedule_of(policy)
+            if kind not in TWIN_KINDS or path.exists() or not (self.search_dir(name) / "schedule.json").exists():
+                continue
+            candidates = TWIN_KINDS[kind]
+            twin = (twin_null_schedule(self.search_dir(name), 0) if candidates is None
+                    else matched_twin_schedule(self.search_dir(name), 0, candidates))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            twin.save(path)
+            print(f"[{time.monotonic() - self.start:5.0f} s] wrote {os.path.relpath(path, REPO)}", flush=True)
 
     # -- processes ----------------------------------------------------------------------------------
     def search_argv(self, name: str, options: str) -> list[str]:
@@ -362,6 +389,7 @@ class Campaign:
         pending = self.pending()
         # A search that finishes starts its evaluations here; the loop ends when nothing runs or time is up.
         while self.left() > 0:
+            self.write_twins([p for policies in pending.values() for p in policies])
             self.launch_ready(pending)
             if not self.running():
                 break
@@ -481,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     campaign = Campaign(plan, args)
     if args.prepare:
         campaign.write_controls()
+        campaign.write_twins([p for spec in plan["evals"].values() for p in spec["policies"]])
         print(f"wrote {campaign.root / 'schedules'}")
         return 0
     if args.dry_run:

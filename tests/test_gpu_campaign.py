@@ -64,6 +64,9 @@ def test_a_campaign_searches_judges_and_packs(data_dir: Path, tmp_path: Path):
     ({"evals": {"train": {"seeds": [0], "policies": ["none"]}}}, "must be 'val' or 'test'"),
     ({"evals": {"more": {"seeds": [3], "policies": ["none"], "eval_split": "train"}}}, "must be 'val' or 'test'"),
     ({"evals": {"val": {"seeds": [0], "policies": ["null:s"]}}}, "'null:s' needs a search with --objective population"),
+    ({"evals": {"val": {"seeds": [0], "policies": ["matched-twin:s"]}}},
+     "'matched-twin:s' needs a search with --objective population"),
+    ({"evals": {"val": {"seeds": [0], "policies": ["twin:nope"]}}}, "'twin:nope' names no search"),
 ])
 def test_bad_plans_are_refused(tmp_path: Path, change, match):
     plan = tmp_path / "plan.json"
@@ -158,6 +161,39 @@ def test_prepare_writes_a_population_search_s_null_control(tmp_path: Path):
     expected = null_schedule("trivialaugment", 0, population=4, epochs=30, every=3)
     np.testing.assert_allclose(null.prob, expected.prob, atol=1e-6)  # the file keeps 6 significant digits
     np.testing.assert_allclose(null.mag, expected.mag, rtol=1e-5)
+
+
+def test_a_population_search_s_twins_are_written_when_it_ends(tmp_path: Path, monkeypatch):
+    """``twin:<search>`` and ``matched-twin:<search>`` wait for the search's schedule, then are pbt_null.py's
+    twin (noise seed 0) and amount-matched twin of it, under the names pbt_null.py gives them."""
+    import argparse
+    import shutil
+
+    from pbt_null import matched_twin_schedule, twin_null_schedule
+
+    monkeypatch.setitem(gpu_campaign.TWIN_KINDS, "matched-twin", 20)  # of 2,000 in the plan: seconds, not tens
+    plan = {**_TINY, "searches": {"p": "--init zero --member-start same --objective population --population 4"},
+            "evals": {"test": {"seeds": [0], "policies": ["hba:p", "twin:p", "matched-twin:p"]}}}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    campaign = gpu_campaign.Campaign(gpu_campaign.load_plan(path),
+                                     argparse.Namespace(out=str(tmp_path / "c"), data_root=str(tmp_path), budget=1.0))
+    policies = plan["evals"]["test"]["policies"]
+    campaign.write_twins(policies)
+    assert not any(campaign.ready(p) for p in policies)  # the search has not ended
+    searched = REPO / "benchmarks/results/proxy_population/searches/population-zero-same"
+    shutil.copytree(searched, campaign.search_dir("p"))
+    campaign.write_twins(policies)
+    assert all(campaign.ready(p) for p in policies)
+    assert [campaign.schedule_of(p)[0] for p in policies[1:]] == ["twin-p-0", "matched-twin-p-0"]
+    twin, matched = (Schedule.load(campaign.schedule_of(p)[1]) for p in policies[1:])
+    np.testing.assert_allclose(twin.prob, twin_null_schedule(campaign.search_dir("p"), 0).prob, atol=1e-6)
+    expected = matched_twin_schedule(campaign.search_dir("p"), 0, 20)
+    assert matched.provenance["candidates"] == 20
+    assert matched.provenance["noise_seed"] == expected.provenance["noise_seed"]
+    stamp = campaign.schedule_of("twin:p")[1].stat().st_mtime_ns
+    campaign.write_twins(policies)  # written once
+    assert campaign.schedule_of("twin:p")[1].stat().st_mtime_ns == stamp
 
 
 def test_a_population_search_holds_a_slot_per_worker(tmp_path: Path, monkeypatch):
