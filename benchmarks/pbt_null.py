@@ -273,6 +273,12 @@ def replay(prov: dict, scores: Sequence[Sequence[float]]) -> tuple[np.ndarray, n
     return (*pbt.lineage_policies(probs, mags, chain, starts, cfg["search_epochs"]), chain)
 
 
+def _twin_noise(cfg: dict, seed: int) -> np.ndarray:
+    """The scores of the twin null of noise seed ``seed``: uniform noise, ``(rounds, population)``."""
+    rounds = len(pbt.round_starts(cfg["search_epochs"], cfg["exploit_every"]))
+    return np.random.default_rng(seed).random((rounds, cfg["population"]))
+
+
 def twin_null_schedule(folder: Path, seed: int) -> Schedule:
     """The twin null of the population search in ``folder``: :func:`replay` of its settings and seed with
     uniform noise (drawn from ``seed``) for every round's scores. It shares the search's explore draws, so
@@ -280,9 +286,7 @@ def twin_null_schedule(folder: Path, seed: int) -> Schedule:
     searched = Schedule.load(folder / "schedule.json")
     prov = searched.provenance
     cfg = _null_settings(prov)
-    rounds = len(pbt.round_starts(cfg["search_epochs"], cfg["exploit_every"]))
-    noise = np.random.default_rng(seed).random((rounds, cfg["population"]))
-    prob, mag, chain = replay(prov, noise)
+    prob, mag, chain = replay(prov, _twin_noise(cfg, seed))
     return Schedule(prob, mag, name=f"twin-{folder.name}-{seed}", count_probs=searched.count_probs,
                     provenance={"control": "the twin null of a population search: its own explore draws, noise for "
                                 "its scores (benchmarks/pbt_null.py)", "search": str(folder),
@@ -310,11 +314,15 @@ def matched_twin_schedule(folder: Path, seed: int, candidates: int) -> Schedule:
     if candidates < 1:
         raise ValueError(f"candidates must be at least 1, got {candidates}")
     searched = Schedule.load(folder / "schedule.json")
+    prov = searched.provenance
+    cfg = _null_settings(prov)
     target = amount_curves(searched.prob, searched.mag)
-    twins = [twin_null_schedule(folder, s) for s in range(seed, seed + candidates)]
-    distances = [float(np.sqrt(((amount_curves(t.prob, t.mag) - target) ** 2).mean(axis=1).sum())) for t in twins]
+    distances = []
+    for s in range(seed, seed + candidates):
+        prob, mag, _ = replay(prov, _twin_noise(cfg, s))
+        distances.append(float(np.sqrt(((amount_curves(prob, mag) - target) ** 2).mean(axis=1).sum())))
     best = int(np.argmin(distances))
-    twin = twins[best]
+    twin = twin_null_schedule(folder, seed + best)
     provenance = {**twin.provenance,
                   "control": "the amount-matched twin null of a population search: of its twin nulls (its own explore "
                              "draws, noise for its scores), the one whose per-epoch mean probability and mean magnitude "
