@@ -34,7 +34,7 @@ population search: the schedule the same search writes when its scores are noise
 did its selection learn, or did its explore step alone move the schedule?), ``twin:<search>`` (for a
 population search: its twin null, the same search's own explore draws with noise for its scores, written when
 the search ends: what did its selection add to its own walk?), ``matched-twin:<search>`` (of 2,000 twin
-nulls, the one that augments most like the search at every epoch: did selection choose which ops, or only how
+nulls, ``TWIN_KINDS``, the one that augments most like the search at every epoch: did selection choose which ops, or only how
 much?), ``hba:<search>`` (its learned schedule) and ``hba:<shipped name or path>``.
 
 On the lent GPU (``../shared/reference/GPU.md``; the data travels in an ignored folder named in ``carry``)::
@@ -75,8 +75,13 @@ PBA_CONTROLS = ("pba", "pba-last")
 #: Controls of a population search written when it ends (``benchmarks/pbt_null.py``): the kind, and how many
 #: twin nulls the amount-matched twin is chosen from (``None``: the plain twin of noise seed 0).
 TWIN_KINDS = {"twin": None, "matched-twin": 2000}
-#: Controls of a search, by kind: only a population search has a null and twins.
-_SEARCH_CONTROLS = ("start", "null", *TWIN_KINDS)
+#: Seconds a call must have left to write them: 2,000 twins of a 200-epoch search took 24 s on a quiet
+#: 2-core CPU (2026-11-28). A call with less leaves them to the next one, so that a search's own call
+#: never runs past its end (and loses the search) choosing its controls.
+TWIN_SECONDS = 40.0
+#: Controls of a search, by kind: a population search also has a null and twins.
+_POPULATION_CONTROLS = ("null", *TWIN_KINDS)
+_SEARCH_CONTROLS = ("start", *_POPULATION_CONTROLS)
 _PLAN_KEYS = {"name", "description", "data", "dataset", "search_args", "train", "searches", "evals"}
 _TRAIN_KEYS = {"model", "epochs", "train_size", "preset", "extra", "wall_seconds"}
 _SPLIT_KEYS = {"seeds", "policies", "test_size", "eval_split"}
@@ -127,7 +132,7 @@ def load_plan(path: str | os.PathLike[str]) -> dict[str, Any]:
             kind, _, name = policy.partition(":")
             if kind in _SEARCH_CONTROLS and name not in plan["searches"]:
                 raise ValueError(f"plan {path}: {policy!r} names no search of the plan ({sorted(plan['searches'])})")
-            if kind in _SEARCH_CONTROLS[1:] and not _is_population(plan["searches"][name]):
+            if kind in _POPULATION_CONTROLS and not _is_population(plan["searches"][name]):
                 raise ValueError(f"plan {path}: {policy!r} needs a search with --objective population")
             if not (policy in (*TORCHVISION_POLICIES, *PBA_CONTROLS) or kind in (*_SEARCH_CONTROLS, "hba")):
                 raise ValueError(f"plan {path}: unknown policy {policy!r}")
@@ -242,8 +247,10 @@ class Campaign:
 
         for policy in policies:
             kind, _, name = policy.partition(":")
+            if kind not in TWIN_KINDS:
+                continue
             _, path = self.schedule_of(policy)
-            if kind not in TWIN_KINDS or path.exists() or not (self.search_dir(name) / "schedule.json").exists():
+            if path.exists() or not (self.search_dir(name) / "schedule.json").exists():
                 continue
             candidates = TWIN_KINDS[kind]
             twin = (twin_null_schedule(self.search_dir(name), 0) if candidates is None
@@ -388,8 +395,9 @@ class Campaign:
         searches = self.start_searches()
         pending = self.pending()
         # A search that finishes starts its evaluations here; the loop ends when nothing runs or time is up.
-        while self.left() > 0:
-            self.write_twins([p for policies in pending.values() for p in policies])
+        while (left := self.left()) > 0:
+            if left >= TWIN_SECONDS:
+                self.write_twins([p for policies in pending.values() for p in policies])
             self.launch_ready(pending)
             if not self.running():
                 break

@@ -297,7 +297,8 @@ def twin_null_schedule(folder: Path, seed: int) -> Schedule:
 
 def amount_curves(prob: np.ndarray, mag: np.ndarray) -> np.ndarray:
     """How much a per-epoch schedule (``(epochs, 2, 15)`` each, this package's values) augments at each epoch:
-    ``(2, epochs)``, its mean probability and its mean magnitude fraction over the slots."""
+    ``(2, epochs)``, :func:`~hba_augment.search.pbt.amount` of every epoch's policy at once (its mean
+    probability and mean magnitude fraction)."""
     return np.stack([np.asarray(prob).mean(axis=(1, 2)), pbt.mag_fractions(mag).mean(axis=(1, 2))])
 
 
@@ -522,10 +523,10 @@ def amounts(prob: np.ndarray, mag: np.ndarray) -> dict[str, float]:
     """How much a per-epoch schedule (``(epochs, 2, 15)`` each, this package's values) augments: its mean
     probability (all epochs, second half), mean magnitude fraction, and the epoch its mean probability first
     reaches :data:`RAMP_LEVEL`."""
-    per_epoch = np.asarray(prob).mean(axis=(1, 2))
+    per_epoch, mag_per_epoch = amount_curves(prob, mag)
     return {"mean p, all epochs": float(per_epoch.mean()),
             "mean p, second half": float(per_epoch[len(per_epoch) // 2:].mean()),
-            "mean magnitude fraction, all epochs": float(pbt.mag_fractions(mag).mean()),
+            "mean magnitude fraction, all epochs": float(mag_per_epoch.mean()),
             f"first epoch with mean p >= {RAMP_LEVEL}": float(ramp_epoch(per_epoch))}
 
 

@@ -196,6 +196,28 @@ def test_a_population_search_s_twins_are_written_when_it_ends(tmp_path: Path, mo
     assert campaign.schedule_of("twin:p")[1].stat().st_mtime_ns == stamp
 
 
+@pytest.mark.parametrize(("left", "written"), [(gpu_campaign.TWIN_SECONDS - 1, False), (gpu_campaign.TWIN_SECONDS, True)])
+def test_a_call_writes_twins_only_with_the_time_to(tmp_path: Path, monkeypatch, left: float, written: bool):
+    """A call with less than ``TWIN_SECONDS`` left leaves the twins to the next call instead of running past
+    its end (where the search's own call would lose the search)."""
+    import shutil
+
+    plan = {**_TINY, "searches": {"p": "--init zero --member-start same --objective population --population 4"},
+            "evals": {"test": {"seeds": [0], "policies": ["twin:p"]}}}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    args = gpu_campaign.build_parser().parse_args([str(path), "--out", str(tmp_path / "c"), "--no-search"])
+    campaign = gpu_campaign.Campaign(gpu_campaign.load_plan(path), args)
+    shutil.copytree(REPO / "benchmarks/results/proxy_population/searches/population-zero-same", campaign.search_dir("p"))
+    times = iter([left, 0.0])  # one pass of the loop, then the budget is spent
+    monkeypatch.setattr(campaign, "left", lambda: next(times, 0.0))
+    for name in ("write_controls", "report"):
+        monkeypatch.setattr(campaign, name, lambda: None)
+    monkeypatch.setattr(campaign, "launch_ready", lambda pending: None)
+    assert campaign.run() == 0
+    assert campaign.ready("twin:p") is written
+
+
 def test_a_population_search_holds_a_slot_per_worker(tmp_path: Path, monkeypatch):
     """``--max-procs`` counts device processes: a population search holds one slot per worker process (its
     config's ``procs``), any other search one."""

@@ -338,6 +338,10 @@ def test_an_amount_matched_twin_augments_like_the_search_and_is_one_of_its_twins
     assert prov["amount_distance"] == pytest.approx(distance(matched), abs=1e-6)
     assert all(distance(matched) <= distance(pbt_null.twin_null_schedule(folder, s)) + 1e-12 for s in range(40))
     assert prov["amount_distance"] < prov["amount_distance_median"]
+    # amount_curves is pbt.amount of every epoch's policy, computed at once.
+    curves = pbt_null.amount_curves(searched.prob, searched.mag)
+    for epoch in (0, 50, 99):
+        np.testing.assert_allclose(curves[:, epoch], pbt.amount(searched.prob[epoch], searched.mag[epoch]))
     with pytest.raises(ValueError, match="candidates must be at least 1, got 0"):
         pbt_null.matched_twin_schedule(folder, 0, 0)
     assert pbt_null.main(["--schedules", str(tmp_path), "--twin-of", str(folder), "--match-amount", "5",
