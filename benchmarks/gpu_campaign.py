@@ -328,7 +328,10 @@ class Campaign:
         cmd = self.policy_quality(split, policies, "--jobs", str(max(1, jobs)), "--timeout",
                                   str(max(1.0, self.left() - self.args.margin)), "--keep-going",
                                   "--min-run-seconds", str(min_seconds))
-        self.launch(f"{split}: {', '.join(policies)}", cmd, self.root / split / "log.txt", max(1, jobs))
+        # The process gets every ready policy (policy_quality.py reuses the finished runs' records); the
+        # label names only those with runs left, which is what the log and --dry-run should say.
+        todo = [p for p in policies if self.runs_left(split, [p])]
+        self.launch(f"{split}: {', '.join(todo)}", cmd, self.root / split / "log.txt", max(1, jobs))
 
     def running(self) -> int:
         """Runs (searches and trainings) that may be going now."""

@@ -377,14 +377,22 @@ def test_a_dry_run_prints_what_would_start_and_starts_nothing(tmp_path: Path, ca
     path.write_text(json.dumps(plan))
     monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail("a dry run started a process"))
     out = tmp_path / "c"
-    assert gpu_campaign.main([str(path), "--out", str(out), "--budget", "500", "--lanes", "2",
-                              "--wall-seconds", '{"8": 350}', "--dry-run"]) == 0
+    common = [str(path), "--out", str(out), "--budget", "500", "--lanes", "2", "--wall-seconds", '{"8": 350}',
+              "--dry-run"]
+    assert gpu_campaign.main(common) == 0
     printed = capsys.readouterr().out
     assert "would start search s (1 process(es))" in printed
     assert "would start test: none, cutout (3 process(es) x 2 lane(s))" in printed  # 6 runs in pairs
     assert "4 process(es) at once: a training 350 s" in printed
     assert "test: 1 policies wait" in printed  # hba:s: its search has not run
     assert not out.exists() or not any(out.rglob("*.json"))
+    # With every run of "none" recorded, the process still gets it (its records are reused there), but
+    # what would start is only cutout's three runs.
+    (out / "test" / "results").mkdir(parents=True)
+    for seed in (0, 1, 2):
+        (out / "test" / "results" / f"none-seed{seed}.json").write_text("{}")
+    assert gpu_campaign.main(common) == 0
+    assert "would start test: cutout (2 process(es) x 2 lane(s))" in capsys.readouterr().out
 
 
 def test_evals_runs_only_the_named_entries_in_the_order_given(tmp_path: Path, capsys, monkeypatch):
