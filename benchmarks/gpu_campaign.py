@@ -33,8 +33,8 @@ search's starting policy held for every epoch: the control it must beat), ``null
 population search: the schedule the same search writes when its scores are noise, ``benchmarks/pbt_null.py``:
 did its selection learn, or did its explore step alone move the schedule?), ``twin:<search>`` (for a
 population search: its twin null, the same search's own explore draws with noise for its scores, written when
-the search ends: what did its selection add to its own walk?), ``matched-twin:<search>`` (of 2,000 twin
-nulls, ``TWIN_KINDS``, the one that augments most like the search at every epoch: did selection choose which ops, or only how
+the search ends: what did its selection add to its own walk?), ``matched-twin:<search>`` (of the twin
+nulls ``TWIN_KINDS`` says, 2,000, the one that augments most like the search at every epoch: did selection choose which ops, or only how
 much?), ``hba:<search>`` (its learned schedule) and ``hba:<shipped name or path>``.
 
 On the lent GPU (``../shared/reference/GPU.md``; the data travels in an ignored folder named in ``carry``)::

@@ -45,6 +45,8 @@ from hba_augment._cli_common import positive_int
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "cifar-10-jpeg.tar.gz"
+#: How a run's key names its schedule's content (``_run_key``), followed by the file's sha256.
+SCHEDULE_DIGEST = "schedule-sha256:"
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "policy_quality"
 ALL_POLICIES = ("none", "baseline", "cutout", "autoaugment", "randaugment", "trivialaugment", "hba")
 DEFAULTS_NOTE = (
@@ -207,7 +209,7 @@ def _run_key(cmd: list[str]) -> list[str]:
         elif arg not in _SPEED_ONLY:
             key.append(arg)
     digest = _schedule_digest(cmd[cmd.index("--policy") + 1])
-    return key if digest is None else [*key, f"schedule-sha256:{digest}"]
+    return key if digest is None else [*key, f"{SCHEDULE_DIGEST}{digest}"]
 
 
 def _reused(key: list[str], record: Path) -> dict[str, Any] | None:

@@ -27,6 +27,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from policy_quality import SCHEDULE_DIGEST  # the records' key is the benchmark's own
+
 REPO = Path(__file__).resolve().parents[1]
 
 __all__ = ["load_runs", "main", "rerun_pairs", "summarise"]
@@ -37,7 +39,7 @@ def _identity(record: dict[str, Any]) -> tuple[str, ...] | None:
     key, result = record.get("key"), record.get("result", {})
     if not isinstance(key, list) or "test_error" not in result:
         return None
-    digest = next((k for k in key if isinstance(k, str) and k.startswith("schedule-sha256:")), None)
+    digest = next((k for k in key if isinstance(k, str) and k.startswith(SCHEDULE_DIGEST)), None)
     out, skip = [], False
     for i, arg in enumerate(key):
         if skip:
@@ -104,7 +106,7 @@ def summarise(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, f
 
 def _policy(identity: tuple[str, ...]) -> str:
     value = identity[identity.index("--policy") + 1]
-    return value[:16 + len("schedule-sha256:")] + "..." if value.startswith("schedule-sha256:") else value
+    return value[:len(SCHEDULE_DIGEST) + 16] + "..." if value.startswith(SCHEDULE_DIGEST) else value
 
 
 def _markdown(pairs: list[tuple[dict[str, Any], dict[str, Any]]], summary: dict[str, float], command: str) -> str:

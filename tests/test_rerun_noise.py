@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import policy_quality
 import rerun_noise
 
 _AMD, _INTEL = "CPU: AMD EPYC, 2 cores", "CPU: Intel(R) Xeon(R) Processor, 2 cores"
@@ -17,7 +18,7 @@ def _record(root: Path, folder: str, name: str, *, policy: str, seed: int, machi
             loss: float = 0.8, test_size: int | None = None, digest: str | None = "abc") -> None:
     key = ["train", "--model", "wrn-16-1", "--policy", policy, "--epochs", "100", "--seed", str(seed)]
     key += ["--test-size", str(test_size)] if test_size else []
-    key += [f"schedule-sha256:{digest}"] if digest else []
+    key += [f"{policy_quality.SCHEDULE_DIGEST}{digest}"] if digest else []
     result = {"test_error": error, "test_loss": loss, "test_images": 10000,
               "config": {"model": "wrn-16-1", "device_description": machine, "data_fingerprint": "f"}}
     path = root / folder / "results" / f"{name}.json"
