@@ -11,9 +11,10 @@ channels counts three times only when it is really three times as big), and the 
 call's thread CPU time at the same batch, base and now interleaved (ABBA), on this CPU.
 
 With ``--compiled``, it also compiles the working tree's pixel work (``augment(..., compile=True)``: inductor,
-``fullgraph``) and adds up the intermediate buffers inductor's generated code writes per image: what ``torch.compile``
-should save on a GPU, whose inductor fuses the same graph. Each buffer is written once and read at least
-once, and the input and output come on top, so the traffic is some small multiple of that figure.
+``fullgraph``) and adds up the buffers inductor's generated code writes per image: what ``torch.compile``
+should save on a GPU, whose inductor fuses the same graph (lowered as a GPU's where the two differ; see
+:func:`compiled_buffers`). Each buffer is written once and read at least once, and the input comes on top,
+so the traffic is some small multiple of that figure.
 
 Usage::
 
@@ -90,35 +91,47 @@ class BytesRecorder(TorchDispatchMode):
 _BUFFER = re.compile(r"empty_strided_\w+\(\(([^)]*)\), \([^)]*\), (torch\.\w+)\)")
 
 
-def compiled_buffer_bytes(images: torch.Tensor, prob: torch.Tensor, mag: torch.Tensor) -> tuple[int, int]:
-    """The buffers inductor's code writes for the pixel work of one forced sync-free call with ``compile=True``
-    (their bytes, all together), and how many. The draws, eager, are not in it."""
+def compiled_buffers(images: torch.Tensor, prob: torch.Tensor, mag: torch.Tensor) -> list[tuple[str, str, int]]:
+    """The buffers inductor's code writes for the pixel work of one forced sync-free call with ``compile=True``,
+    as ``(shape, dtype, bytes)``, the output among them. The draws, eager, are not in it.
+
+    Equalize's histogram is a scatter-add of float counts. A GPU's inductor writes it into its own kernel
+    (atomic adds, the index computed where it is read); the CPU's, by default, hands it to aten's
+    ``scatter_reduce_``, which needs its int64 index as a buffer of 8 bytes a pixel, more than half of all
+    the buffers at 224x224. So this lowers the scatter as a GPU does (``cpp.fallback_scatter_reduce_sum``
+    off): the count is of the graph a GPU would run, not of the CPU's fallback."""
     from torch._inductor.utils import run_and_get_code  # inductor's own way to see its code; imported late
 
     augment_module._FORCE_SYNC_FREE = True
+    augment_module._CHUNK_BYTES, chunk_bytes = math.inf, augment_module._CHUNK_BYTES  # whole, as on a GPU
     torch._dynamo.reset()  # compiled afresh, so that its code is generated (and seen) here
     try:
         def call(x: torch.Tensor) -> torch.Tensor:
             return hba_augment.functional.augment(x, prob, mag, check_policy=False, compile=True)
 
-        # Without reuse every buffer a kernel writes is its own allocation, so the allocations count the writes.
-        with torch._inductor.config.patch(allow_buffer_reuse=False):
+        # Without reuse, and without kernels that write their result over a buffer they read (in_out_ptr),
+        # every buffer a kernel writes is its own allocation, so the allocations count the writes.
+        with torch._inductor.config.patch({"allow_buffer_reuse": False, "inplace_buffers": False,
+                                           "cpp.fallback_scatter_reduce_sum": False}):
             _, sources = run_and_get_code(call, images)
     finally:
-        augment_module._FORCE_SYNC_FREE = None
-    buffers = [(shape, dtype) for source in sources for shape, dtype in _BUFFER.findall(source)]
-    total = sum(math.prod(int(v) for v in shape.split(",") if v.strip()) * getattr(torch, dtype.split(".")[1]).itemsize
-                for shape, dtype in buffers)
-    return total, len(buffers)
+        augment_module._FORCE_SYNC_FREE, augment_module._CHUNK_BYTES = None, chunk_bytes
+    return [(shape, dtype, math.prod(int(v) for v in shape.split(",") if v.strip())
+             * getattr(torch, dtype.removeprefix("torch.")).itemsize)
+            for source in sources for shape, dtype in _BUFFER.findall(source)]
 
 
 def record(module, function, images: torch.Tensor, prob: torch.Tensor, mag: torch.Tensor) -> BytesRecorder:
-    """One forced sync-free call of ``function`` (``module`` its ``_augment``), after a warm-up call."""
+    """One forced sync-free call of ``function`` (``module`` its ``_augment``), after a warm-up call; the batch
+    whole, as on a GPU (the CPU augments large batches in parts)."""
     module._FORCE_SYNC_FREE = True
-    function(images, prob, mag, generator=torch.Generator().manual_seed(0))
-    with BytesRecorder() as recorder:
+    module._CHUNK_BYTES, chunk_bytes = math.inf, module._CHUNK_BYTES
+    try:
         function(images, prob, mag, generator=torch.Generator().manual_seed(0))
-    module._FORCE_SYNC_FREE = None
+        with BytesRecorder() as recorder:
+            function(images, prob, mag, generator=torch.Generator().manual_seed(0))
+    finally:
+        module._FORCE_SYNC_FREE, module._CHUNK_BYTES = None, chunk_bytes
     return recorder
 
 
@@ -177,13 +190,21 @@ def main(argv: list[str] | None = None) -> None:
                 lines.append(f"| {name} | {dtype_name} | {recorder.ops} | {per_image / 1e3:,.0f} KB | "
                              f"{per_image / x[0].nbytes:,.0f} | {median * 1e3:.1f} | {b / median:,.0f} |")
     if args.compiled:
-        lines += ["", "| dtype | compiled call (now): intermediate buffers per image | buffers |", "|---|---|---|"]
+        lines += ["", "| dtype | compiled call (now): buffers written per image, the output included | buffers | "
+                  "the largest |", "|---|---|---|---|"]
         for dtype in (torch.uint8, torch.float32):
             x = images if dtype == torch.uint8 else images.float() / 255
-            total, count = compiled_buffer_bytes(x, prob, mag)
+            buffers = compiled_buffers(x, prob, mag)
+            total = sum(size for _, _, size in buffers)
             dtype_name = str(dtype).removeprefix("torch.")
-            results[f"compiled {dtype_name}"] = {"buffer_bytes_per_image": total / b, "buffers": count}
-            lines.append(f"| {dtype_name} | {total / b / 1e3:,.1f} KB | {count} |")
+            largest = sorted(buffers, key=lambda item: -item[2])[:6]
+            results[f"compiled {dtype_name}"] = {
+                "buffer_bytes_per_image": total / b, "buffers": len(buffers),
+                "largest": [{"shape": shape, "dtype": name, "bytes_per_image": size / b} for shape, name, size in largest],
+            }
+            lines.append(f"| {dtype_name} | {total / b / 1e3:,.1f} KB | {len(buffers)} | "
+                         + "; ".join(f"({shape}) {name.removeprefix('torch.')}: {size / b / 1e3:,.1f} KB"
+                                     for shape, name, size in largest[:4]) + " |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -20,16 +20,17 @@ Each image still gets each op's own arithmetic with its own parameters, so its p
 image (the draws keep their distribution, not their stream).
 
 Every stage touches every pixel of the batch, so on a GPU a large batch costs what its passes move through
-memory. The uint8 stages therefore compute in the narrowest types that are exact (int16 levels, int32 grey
-levels, float32 histograms) and share what several ops read (the int64 levels of the lookup and of
-Equalize's histogram; the grey levels of Contrast and Color), and the float stage blends once for the four
-enhancers: ``benchmarks/sync_free_bytes.py`` counts the bytes (``benchmarks/RESULTS.md``, "Sync-free
-batches").
+memory. The uint8 stages therefore compute in the narrowest types that are exact (int16 sums, uint8 grey
+levels and degenerate images, float32 histograms) and share what several ops read (the int64 levels of the
+lookup and of Equalize's histogram; the grey levels of Contrast and Color), and the float stage blends once
+for the four enhancers: ``benchmarks/sync_free_bytes.py`` counts the bytes (``benchmarks/RESULTS.md``,
+"Sync-free batches").
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from . import _kernels as K
@@ -185,21 +186,38 @@ def _enhancers(levels: Tensor, grey: Tensor, drew: Tensor, mags: Tensor) -> Tens
     """Color and Sharpness of the uint8 batch as one blend: both are PIL blends of the image with a
     degenerate image (its ``grey`` levels; its SMOOTH filter inside a kept 1-pixel border), so each image
     blends once with its own degenerate image and factor. Only the images that drew one of the two are
-    read from the result. The degenerate images and the difference are whole levels, made in int16; the
-    blend itself is PIL's float arithmetic (:func:`~._kernels.blend`: ``d + f (x - d)``, clamped, then
-    truncated, which the conversion to uint8 does for values in [0, 255])."""
+    read from the result. The degenerate images are whole levels in [0, 255], held in uint8 (a compiled
+    call writes the degenerate image to memory in its dtype: twice the bytes in int16), the SMOOTH sums and
+    the difference in int16; the blend itself is PIL's float arithmetic (:func:`~._kernels.blend`:
+    ``d + f (x - d)``, clamped, then truncated, which the conversion to uint8 does for values in [0, 255])."""
     x = levels.to(torch.int16)
-    degenerate = _select(drew[_COLOR], grey.to(torch.int16), x)
-    smooth = K.smooth_int16(x)
-    if smooth is not None:
-        inner = degenerate[..., 1:-1, 1:-1]
-        inner.copy_(_select(drew[_SHARPNESS], smooth, inner))
+    degenerate = _select(drew[_COLOR], grey, levels)
+    degenerate = _smoothed_inside(degenerate, K.smooth_int16(x), drew[_SHARPNESS])
     # mags holds each op's identity (1) where the image did not draw it, and an image draws one op.
     factor = (mags[_COLOR] * mags[_SHARPNESS]).view(-1, 1, 1, 1)
     # The int16 difference is written as float32 by the subtraction itself (out=): no int16 intermediate.
     blended = torch.sub(x, degenerate, out=torch.empty(x.shape, dtype=torch.float32, device=x.device))
     blended.mul_(factor).add_(degenerate).clamp_(0.0, 255.0)
     return from_levels(blended, torch.uint8)
+
+
+def _smoothed_inside(degenerate: Tensor, smooth: Tensor | None, drew: Tensor) -> Tensor:
+    """``degenerate`` ``(B, C, H, W)`` with SMOOTH's values ``smooth`` ``(B, C, H - 2, W - 2)`` (``None``
+    under 3x3) inside the 1-pixel border of the images that ``drew`` ``(B,)`` Sharpness. A select over whole
+    images rather than a write into the inner pixels: a compiled call writes what an in-place write into a
+    slice makes as one more buffer, an image more per step (``benchmarks/sync_free_bytes.py``)."""
+    if smooth is None:
+        return degenerate
+    inside = _inner_pixels(*degenerate.shape[-2:], degenerate.device) & drew.view(-1, 1, 1, 1)
+    return torch.where(inside, F.pad(smooth.to(degenerate.dtype), (1, 1, 1, 1)), degenerate)
+
+
+@constant_cache(8)
+def _inner_pixels(h: int, w: int, device: torch.device) -> Tensor:
+    """Where SMOOTH filters an ``h x w`` image, all but its 1-pixel border, ``(1, 1, H, W)`` bool."""
+    inner = torch.zeros(1, 1, h, w, dtype=torch.bool, device=device)
+    inner[..., 1:-1, 1:-1] = True
+    return inner
 
 
 def _blends_float(levels: Tensor, drew: Tensor, mags: Tensor) -> Tensor:
@@ -214,10 +232,7 @@ def _blends_float(levels: Tensor, drew: Tensor, mags: Tensor) -> Tensor:
     degenerate = _select(drew[_COLOR], grey, levels)
     degenerate = _select(drew[_CONTRAST], K.mean_of_grey(grey, False), degenerate)
     degenerate = _select(drew[_BRIGHTNESS], torch.zeros_like(levels[:1, :1, :1, :1]), degenerate)
-    smooth = K.sharpness_degenerate(levels, False)
-    if smooth is not None:
-        inner = degenerate[..., 1:-1, 1:-1]
-        inner.copy_(_select(drew[_SHARPNESS], smooth, inner))
+    degenerate = _smoothed_inside(degenerate, K.sharpness_degenerate(levels, False), drew[_SHARPNESS])
     # mags holds each op's identity (1) where the image did not draw it, and an image draws one op.
     factor = mags[_CONTRAST] * mags[_COLOR] * mags[_BRIGHTNESS] * mags[_SHARPNESS]
     drew_blend = drew[_CONTRAST] | drew[_COLOR] | drew[_BRIGHTNESS] | drew[_SHARPNESS]

@@ -510,7 +510,7 @@ def _mean_grey(images: Tensor, quantize: bool) -> Tensor:
 
 
 def mean_of_grey(grey: Tensor, quantize: bool) -> Tensor:
-    """:func:`_mean_grey` of images whose grey levels (:func:`color_degenerate`, or the int32 ones of
+    """:func:`_mean_grey` of images whose grey levels (:func:`color_degenerate`, or the uint8 ones of
     :func:`grey_uint8`) are ``grey`` ``(B, 1, H, W)``; float32 for integer grey levels."""
     dtype = _float_dtype(grey)
     if grey.shape[-2] * grey.shape[-1] > _EXACT_FLOAT32_MEAN:
@@ -528,15 +528,16 @@ _EXACT_FLOAT32_MEAN = 1 << 15
 
 
 def grey_uint8(images: Tensor) -> Tensor:
-    """PIL's ``convert("L")`` of uint8 images in integers (:data:`_LUMA_WEIGHTS`), ``(B, 1, H, W)`` int32 (a
-    one-channel image: its own levels). Exactly :func:`_grayscale`'s values, in 4-byte integers instead of
-    float passes over all three channels: the sync-free path computes it for every image of a step, once for
-    Contrast's mean and Color's degenerate image."""
+    """PIL's ``convert("L")`` of uint8 images in integers (:data:`_LUMA_WEIGHTS`), ``(B, 1, H, W)`` uint8 (a
+    one-channel image: its own levels, not a copy). Exactly :func:`_grayscale`'s values, computed in 4-byte
+    integers instead of float passes over all three channels and kept in one byte, as PIL keeps them: the
+    sync-free path computes it for every image of a step, once for Contrast's mean and Color's degenerate
+    image, and inductor writes it to memory in the dtype it returns (``benchmarks/sync_free_bytes.py``)."""
     if images.shape[1] == 1:
-        return images.to(torch.int32)
+        return images
     (red, green, blue), (w_red, w_green, w_blue) = images.unbind(1), _LUMA_WEIGHTS
     grey = red.to(torch.int32).mul_(w_red).add_(green, alpha=w_green).add_(blue, alpha=w_blue)
-    return grey.add_(1 << 15).bitwise_right_shift_(16).unsqueeze(1)
+    return grey.add_(1 << 15).bitwise_right_shift_(16).to(torch.uint8).unsqueeze(1)
 
 
 def contrast_table(images: Tensor, factor: Tensor, ctx: KernelContext) -> Tensor:
