@@ -111,13 +111,14 @@ def model_bytes(images: torch.Tensor, prob: torch.Tensor, mag: torch.Tensor) -> 
 
 
 def run(grid: list[tuple[int, list[int]]], repeats: int, data_dir: Path,
-        compile: bool = False) -> list[dict[str, object]]:
+        compile: bool | dict[str, object] = False) -> list[dict[str, object]]:
+    """The rows; ``compile``: whether to add the compiled rows, or ``torch.compile``'s arguments for them."""
     device = torch.device("cuda")
     schedule = benchmark_schedule()
     policy = HBAPolicy(schedule)
     graphs_policy = HBAPolicy(schedule, cuda_graphs=True)
-    compiled_policy = HBAPolicy(schedule, compile=True)
-    compiled_graphs_policy = HBAPolicy(schedule, compile=True, cuda_graphs=True)
+    compiled_policy = HBAPolicy(schedule, compile=compile or True)
+    compiled_graphs_policy = HBAPolicy(schedule, compile=compile or True, cuda_graphs=True)
     prob, mag = (torch.as_tensor(t, dtype=torch.float32, device=device) for t in schedule.at(0))
     try:
         from kornia.augmentation.auto import AutoAugment as KorniaAutoAugment
@@ -204,11 +205,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", type=Path, default=default_data_dir())
     p.add_argument("--out", type=Path, default=None, help="write OUT.json and OUT.md")
     p.add_argument("--compile", action="store_true", help="add torch.compile rows (one compilation per shape)")
+    p.add_argument("--compile-options", type=json.loads, default=None,
+                   help="torch.compile's arguments for those rows as JSON, e.g. "
+                        "'{\"options\": {\"realize_reads_threshold\": 4}}' (default: the package's)")
     p.add_argument("--commit", default=None, help="the commit to record where git is absent (the lent GPU)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("no CUDA device: this benchmark measures the GPU path")
-    rows = run(_grid(args.grid), args.repeats, args.data_dir, args.compile)
+    rows = run(_grid(args.grid), args.repeats, args.data_dir, (args.compile_options or True) if args.compile else False)
     commit = args.commit
     try:
         commit = commit or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,

@@ -110,9 +110,12 @@ def compiled_buffers(images: torch.Tensor, prob: torch.Tensor, mag: torch.Tensor
             return hba_augment.functional.augment(x, prob, mag, check_policy=False, compile=True)
 
         # Without reuse, and without kernels that write their result over a buffer they read (in_out_ptr),
-        # every buffer a kernel writes is its own allocation, so the allocations count the writes.
+        # every buffer a kernel writes is its own allocation, so the allocations count the writes. The
+        # opusers threshold only feeds a CPU-only rule for what to write (StorageBox.should_realize_on_reuse):
+        # off, as on a GPU (it changed nothing here on 2026-11-28).
         with torch._inductor.config.patch({"allow_buffer_reuse": False, "inplace_buffers": False,
-                                           "cpp.fallback_scatter_reduce_sum": False}):
+                                           "cpp.fallback_scatter_reduce_sum": False,
+                                           "realize_opusers_threshold": 1 << 30}):
             _, sources = run_and_get_code(call, images)
     finally:
         augment_module._FORCE_SYNC_FREE, augment_module._CHUNK_BYTES = None, chunk_bytes

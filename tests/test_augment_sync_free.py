@@ -460,12 +460,14 @@ def test_compiled_pixel_work_compiles_under_eager_numerics(cifar_images, monkeyp
     compiled = augment(cifar_images[:8], prob, mag, compile={"mode": "max-autotune-no-cudagraphs"})
     torch.manual_seed(0)
     assert torch.equal(compiled, augment(cifar_images[:8], prob, mag))
-    numerics = {"emulate_precision_casts": True, "eager_numerics.division_rounding": True}
-    assert seen == [{"fullgraph": True, "options": {**list_mode_options("max-autotune-no-cudagraphs"), **numerics}}]
-    assert all(name in config.get_config_copy() for name in numerics)  # inductor's own names for them
+    # Eager numerics, and what the pixel work writes to memory (augment_module._FUSION).
+    defaults = {"emulate_precision_casts": True, "eager_numerics.division_rounding": True,
+                "realize_reads_threshold": 3}
+    assert seen == [{"fullgraph": True, "options": {**list_mode_options("max-autotune-no-cudagraphs"), **defaults}}]
+    assert all(name in config.get_config_copy() for name in defaults)  # inductor's own names for them
     arguments = augment_module._compile_arguments
-    assert arguments({"options": {"emulate_precision_casts": False}}) == {
-        "options": {**numerics, "emulate_precision_casts": False}}
+    assert arguments({"options": {"emulate_precision_casts": False, "realize_reads_threshold": 4}}) == {
+        "options": {**defaults, "emulate_precision_casts": False, "realize_reads_threshold": 4}}
     assert arguments({"backend": "aot_eager", "dynamic": False}) == {"backend": "aot_eager", "dynamic": False}
 
 

@@ -816,8 +816,9 @@ def test_compile_reaches_the_batched_call_across_epochs(monkeypatch):
         eager.set_epoch(epoch)
         compiled.set_epoch(epoch)
         torch.testing.assert_close(compiled(x, generator=g_compiled), eager(x, generator=g_eager), rtol=0, atol=0)
-    # Compiled once, with the options given (and the eager-numerics settings among inductor's options).
-    assert compiled_with == [{"fullgraph": True, "dynamic": False, "options": augment_module._EAGER_NUMERICS}]
+    # Compiled once, with the options given (and the package's own settings among inductor's options).
+    defaults = {**augment_module._EAGER_NUMERICS, **augment_module._FUSION}
+    assert compiled_with == [{"fullgraph": True, "dynamic": False, "options": defaults}]
 
 
 def test_torch_compile_of_the_transform_gives_its_pixels():
