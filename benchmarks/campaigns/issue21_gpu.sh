@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Issue 21's GPU figures in one device call, most decisive first, within a budget of seconds.
+#
+# On the lent GPU, from the repository root, with `carry: [".device/data/cifar-10-batches-py"]` (the
+# lossless batches: the CUDA tests, the throughput rows and the timed trainings read them):
+#
+#   bash benchmarks/campaigns/issue21_gpu.sh <commit> [budget_s] [step ...]
+#
+# Steps run in the order below (or the order given) with their own time limits; a step whose limit no
+# longer fits in what is left of the budget is skipped and named at the end, so a later call can pass just
+# those. Every log and table goes under $OUT; $OUT/issue21_summary.txt says what ran, its exit status and
+# seconds. DRY_RUN=1 prints the plan instead (here, on the CPU: tests/test_campaign_scripts.py).
+# What each step measures, and the targets: benchmarks/campaigns/README.md, "Issue 21's GPU figures".
+set -uo pipefail
+
+commit=${1:?usage: issue21_gpu.sh <commit> [budget_s] [step ...]}
+budget=${2:-540}
+shift $(( $# < 2 ? $# : 2 ))
+out=${OUT:?OUT must name the folder the results go to}
+data=${HBA_DATA_DIR:-$PWD/.device/data}
+export HBA_DATA_DIR=$data
+
+# name, time limit (s), command. The limits are estimates from earlier leases (benchmarks/RESULTS.md) with
+# room: a row of cuda_throughput.py compiles per shape (about a minute), a 200-epoch WRN-40-2 training
+# took 125-145 s plain on an H100.
+throughput="python3 benchmarks/cuda_throughput.py --commit $commit"
+train="python3 -m hba_augment train --dataset cifar10 --data-dir $data --train-size 4000 --preset cifar10
+  --model wrn-40-2 --policy hba:cifar10 --epochs 200 --amp --device cuda --num-workers 2 --no-progress"
+declare -A limit=([cuda_tests]=90 [compiled_224]=150 [compiled_32_65536]=150 [compiled_32_1024]=120
+  [search_cost]=120 [search_cost_graphs]=120 [train_plain]=220 [train_cuda_graphs]=220 [train_compile]=240
+  [eager_grid]=120 [compiled_224_t4]=150)
+declare -A run=(
+  [cuda_tests]="python3 -m pytest -q -p no:cacheprovider -m cuda"
+  [compiled_224]="$throughput --grid 224:1024 --compile --out $out/cuda_compiled_224_1024"
+  [compiled_32_65536]="$throughput --grid 32:65536 --compile --out $out/cuda_compiled_32_65536"
+  [compiled_32_1024]="$throughput --grid 32:1024 --compile --out $out/cuda_compiled_32_1024"
+  [search_cost]="python3 benchmarks/search_cost.py --device cuda --data-dir $data --warmup 8 --steps 16 --out $out/search_cost"
+  [search_cost_graphs]="python3 benchmarks/search_cost.py --device cuda --data-dir $data --warmup 8 --steps 16 --cuda-graphs --out $out/search_cost_graphs"
+  [train_plain]="$train --out $out/train_plain"
+  [train_cuda_graphs]="$train --cuda-graphs --out $out/train_cuda_graphs"
+  [train_compile]="$train --compile --out $out/train_compile"
+  [eager_grid]="$throughput --out $out/cuda_throughput"
+  [compiled_224_t4]="$throughput --grid 224:1024 --compile --compile-options {\"options\":{\"realize_reads_threshold\":4}} --out $out/cuda_compiled_224_1024_t4"
+)
+order=(cuda_tests compiled_224 compiled_32_65536 compiled_32_1024 search_cost search_cost_graphs train_plain
+  train_cuda_graphs train_compile eager_grid compiled_224_t4)
+(( $# )) && order=("$@")
+for name in "${order[@]}"; do
+  [[ -n ${limit[$name]:-} ]] || { echo "unknown step: $name (steps: ${!limit[*]})" >&2; exit 2; }
+done
+
+summary=$out/issue21_summary.txt
+mkdir -p "$out"
+start=$SECONDS
+if [[ -z ${DRY_RUN:-} ]]; then
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
+fi
+skipped=()
+for name in "${order[@]}"; do
+  left=$(( budget - (SECONDS - start) ))
+  if (( left < limit[$name] )); then
+    skipped+=("$name")
+    continue
+  fi
+  if [[ -n ${DRY_RUN:-} ]]; then
+    echo "would run $name (at most ${limit[$name]} s): ${run[$name]}"
+    start=$(( start - limit[$name] ))  # as if it took all of its limit
+    continue
+  fi
+  began=$SECONDS
+  # shellcheck disable=SC2086  # the command is words on purpose
+  timeout "${limit[$name]}" ${run[$name]} > "$out/$name.log" 2>&1
+  status=$?
+  echo "$name: exit $status, $(( SECONDS - began )) s" | tee -a "$summary"
+  tail -3 "$out/$name.log"
+done
+if (( ${#skipped[@]} )); then
+  line="skipped for want of time: ${skipped[*]}"
+  if [[ -n ${DRY_RUN:-} ]]; then echo "$line"; else echo "$line" | tee -a "$summary"; fi
+fi
