@@ -571,8 +571,8 @@ _COMPILED: dict[str, Callable[..., Tensor]] = {}
 _EAGER_NUMERICS = {"emulate_precision_casts": True, "eager_numerics.division_rounding": True}
 
 #: Inductor's setting for what the pixel work writes to memory. Inductor writes a value that several kernels
-#: read once computing it reads more than this many values (4 by default), and inlines it into each reader
-#: otherwise. At 3 it writes each step's uint8 input once, the warp's output, which every op of the step
+#: read to memory when computing it reads more than this many values (4 by default), and recomputes it inside
+#: each reader otherwise. At 3 it writes each step's uint8 input once, the warp's output, which every op of the step
 #: reads, instead of recomputing the warp inside every reader and then writing wider intermediate sums:
 #: counted from its code lowered as on a GPU, 33.1 -> 20.1 KB written per 32x32 uint8 image, 1,260 -> 610 KB
 #: per 224x224 one, float images within 1% (``benchmarks/sync_free_bytes.py``; RESULTS.md, "The compiled
@@ -582,9 +582,10 @@ _FUSION = {"realize_reads_threshold": 3}
 
 def _compile_arguments(options: Mapping[str, Any]) -> dict[str, Any]:
     """``torch.compile``'s arguments for the pixel work: the caller's, with :data:`_EAGER_NUMERICS` and
-    :data:`_FUSION` (those this torch's inductor has) among inductor's ``options``. A caller's ``mode`` becomes the options it
-    stands for (``torch.compile`` takes a mode or options, not both; it applies a mode as those options
-    itself); options the caller gives win. Other backends get the caller's arguments as they are."""
+    :data:`_FUSION` (those this torch's inductor has) among inductor's ``options``. A caller's ``mode``
+    becomes the options it stands for (``torch.compile`` takes a mode or options, not both; it applies a mode
+    as those options itself); options the caller gives win. Other backends get the caller's arguments as
+    they are."""
     arguments = dict(options)
     if arguments.get("backend", "inductor") != "inductor":
         return arguments
