@@ -91,6 +91,25 @@ class BytesRecorder(TorchDispatchMode):
 _BUFFER = re.compile(r"empty_strided_\w+\(\(([^)]*)\), \([^)]*\), (torch\.\w+)\)")
 
 
+def _gpu_realize_rules() -> dict[str, int]:
+    """Inductor's rules for what to write to memory, set to a GPU's values where the CPU has its own: a larger
+    op count and more accumulated reads before a value is written (torch 2.14.1's ``realize_cpu_opcount_threshold``
+    50 and ``realize_cpu_acc_reads_threshold`` 12, against 30 and 8 elsewhere), and a rule on many users
+    that only the CPU applies (``realize_opusers_threshold``, off here). Counted with the CPU's values, the
+    32x32 uint8 call wrote about half what it does with a GPU's (2026-11-28)."""
+    from torch._inductor import config
+
+    rules = {"realize_opusers_threshold": 1 << 30}
+    for name, default in (("realize_opcount_threshold", "_realize_opcount_threshold_default"),
+                          ("realize_acc_reads_threshold", "_realize_acc_reads_threshold_default")):
+        if hasattr(config, default):  # (older torch: one value for every device, nothing to set)
+            rules[name] = getattr(config, default)
+    return rules
+
+
+_GPU_REALIZE = _gpu_realize_rules()
+
+
 def compiled_buffers(images: torch.Tensor, prob: torch.Tensor, mag: torch.Tensor) -> list[tuple[str, str, int]]:
     """The buffers inductor's code writes for the pixel work of one forced sync-free call with ``compile=True``,
     as ``(shape, dtype, bytes)``, the output among them. The draws, eager, are not in it.
@@ -99,7 +118,8 @@ def compiled_buffers(images: torch.Tensor, prob: torch.Tensor, mag: torch.Tensor
     (atomic adds, the index computed where it is read); the CPU's, by default, hands it to aten's
     ``scatter_reduce_``, which needs its int64 index as a buffer of 8 bytes a pixel, more than half of all
     the buffers at 224x224. So this lowers the scatter as a GPU does (``cpp.fallback_scatter_reduce_sum``
-    off): the count is of the graph a GPU would run, not of the CPU's fallback."""
+    off), and decides what to write by a GPU's rules (:func:`_gpu_realize_rules`): the count is of the
+    graph a GPU would run, not of the CPU's."""
     from torch._inductor.utils import run_and_get_code  # inductor's own way to see its code; imported late
 
     augment_module._FORCE_SYNC_FREE = True
@@ -110,12 +130,9 @@ def compiled_buffers(images: torch.Tensor, prob: torch.Tensor, mag: torch.Tensor
             return hba_augment.functional.augment(x, prob, mag, check_policy=False, compile=True)
 
         # Without reuse, and without kernels that write their result over a buffer they read (in_out_ptr),
-        # every buffer a kernel writes is its own allocation, so the allocations count the writes. The
-        # opusers threshold only feeds a CPU-only rule for what to write (StorageBox.should_realize_on_reuse):
-        # off, as on a GPU (it changed nothing here on 2026-11-28).
+        # every buffer a kernel writes is its own allocation, so the allocations count the writes.
         with torch._inductor.config.patch({"allow_buffer_reuse": False, "inplace_buffers": False,
-                                           "cpp.fallback_scatter_reduce_sum": False,
-                                           "realize_opusers_threshold": 1 << 30}):
+                                           "cpp.fallback_scatter_reduce_sum": False, **_GPU_REALIZE}):
             _, sources = run_and_get_code(call, images)
     finally:
         augment_module._FORCE_SYNC_FREE, augment_module._CHUNK_BYTES = None, chunk_bytes

@@ -28,7 +28,7 @@ train="python3 -m hba_augment train --dataset cifar10 --data-dir $data --train-s
   --model wrn-40-2 --policy hba:cifar10 --epochs 200 --amp --device cuda --num-workers 2 --no-progress"
 declare -A limit=([cuda_tests]=90 [compiled_224]=150 [compiled_32_65536]=150 [compiled_32_1024]=120
   [search_cost]=120 [search_cost_graphs]=120 [train_plain]=220 [train_cuda_graphs]=220 [train_compile]=240
-  [eager_grid]=120 [compiled_224_t4]=150)
+  [eager_grid]=120 [compiled_224_t4]=150 [compiled_224_op50]=150)
 declare -A run=(
   [cuda_tests]="python3 -m pytest -q -p no:cacheprovider -m cuda"
   [compiled_224]="$throughput --grid 224:1024 --compile --out $out/cuda_compiled_224_1024"
@@ -41,9 +41,10 @@ declare -A run=(
   [train_compile]="$train --compile --out $out/train_compile"
   [eager_grid]="$throughput --out $out/cuda_throughput"
   [compiled_224_t4]="$throughput --grid 224:1024 --compile --compile-options {\"options\":{\"realize_reads_threshold\":4}} --out $out/cuda_compiled_224_1024_t4"
+  [compiled_224_op50]="$throughput --grid 224:1024 --compile --compile-options {\"options\":{\"realize_opcount_threshold\":50}} --out $out/cuda_compiled_224_1024_op50"
 )
 order=(cuda_tests compiled_224 compiled_32_65536 compiled_32_1024 search_cost search_cost_graphs train_plain
-  train_cuda_graphs train_compile eager_grid compiled_224_t4)
+  train_cuda_graphs train_compile eager_grid compiled_224_t4 compiled_224_op50)
 (( $# )) && order=("$@")
 for name in "${order[@]}"; do
   [[ -n ${limit[$name]:-} ]] || { echo "unknown step: $name (steps: ${!limit[*]})" >&2; exit 2; }

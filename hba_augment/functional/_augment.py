@@ -574,9 +574,9 @@ _EAGER_NUMERICS = {"emulate_precision_casts": True, "eager_numerics.division_rou
 #: read to memory when computing it reads more than this many values (4 by default), and recomputes it inside
 #: each reader otherwise. At 3 it writes each step's uint8 input once, the warp's output, which every op of the step
 #: reads, instead of recomputing the warp inside every reader and then writing wider intermediate sums:
-#: counted from its code lowered as on a GPU, 33.1 -> 20.1 KB written per 32x32 uint8 image, 1,260 -> 610 KB
-#: per 224x224 one, float images within 1% (``benchmarks/sync_free_bytes.py``; RESULTS.md, "The compiled
-#: call's buffers as a GPU lowers them").
+#: counted from its code lowered by a GPU's rules, 67.9 -> 39.1 KB written per 32x32 uint8 image, 2,966 ->
+#: 1,603 KB per 224x224 one, 183 -> 155 KB per 32x32 float32 one (``benchmarks/sync_free_bytes.py``;
+#: RESULTS.md, "The compiled call's buffers as a GPU lowers them").
 _FUSION = {"realize_reads_threshold": 3}
 
 
