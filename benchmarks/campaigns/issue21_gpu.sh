@@ -20,28 +20,36 @@ out=${OUT:?OUT must name the folder the results go to}
 data=${HBA_DATA_DIR:-$PWD/.device/data}
 export HBA_DATA_DIR=$data
 
-# name, time limit (s), command. The limits are estimates from earlier leases (benchmarks/RESULTS.md) with
-# room: a row of cuda_throughput.py compiles per shape (about a minute), a 200-epoch WRN-40-2 training
-# took 125-145 s plain on an H100.
+# Each step's time limit (s) and command. The limits are estimates from earlier leases (benchmarks/RESULTS.md)
+# with room: a row of cuda_throughput.py compiles per shape (about a minute), a 200-epoch WRN-40-2 training
+# took 125-145 s plain on an H100. The commands of a family share a helper: (grid, name[, options]) for the
+# compiled rows, (name[, option]) for the others.
 throughput="python3 benchmarks/cuda_throughput.py --commit $commit"
-train="python3 -m hba_augment train --dataset cifar10 --data-dir $data --train-size 4000 --preset cifar10
-  --model wrn-40-2 --policy hba:cifar10 --epochs 200 --amp --device cuda --num-workers 2 --no-progress"
+compiled() { echo "$throughput --grid $1 --compile${3:+ $3} --out $out/cuda_compiled_$2"; }
+search_cost() {
+  echo "python3 benchmarks/search_cost.py --device cuda --data-dir $data --warmup 8 --steps 16${2:+ $2} --out $out/$1"
+}
+train() {
+  echo "python3 -m hba_augment train --dataset cifar10 --data-dir $data --train-size 4000 --preset cifar10
+    --model wrn-40-2 --policy hba:cifar10 --epochs 200 --amp --device cuda --num-workers 2 --no-progress${2:+ $2}
+    --out $out/$1"
+}
 declare -A limit=([cuda_tests]=90 [compiled_224]=150 [compiled_32_65536]=150 [compiled_32_1024]=120
   [search_cost]=120 [search_cost_graphs]=120 [train_plain]=220 [train_cuda_graphs]=220 [train_compile]=240
   [eager_grid]=120 [compiled_224_t4]=150 [compiled_224_op50]=150)
 declare -A run=(
   [cuda_tests]="python3 -m pytest -q -p no:cacheprovider -m cuda"
-  [compiled_224]="$throughput --grid 224:1024 --compile --out $out/cuda_compiled_224_1024"
-  [compiled_32_65536]="$throughput --grid 32:65536 --compile --out $out/cuda_compiled_32_65536"
-  [compiled_32_1024]="$throughput --grid 32:1024 --compile --out $out/cuda_compiled_32_1024"
-  [search_cost]="python3 benchmarks/search_cost.py --device cuda --data-dir $data --warmup 8 --steps 16 --out $out/search_cost"
-  [search_cost_graphs]="python3 benchmarks/search_cost.py --device cuda --data-dir $data --warmup 8 --steps 16 --cuda-graphs --out $out/search_cost_graphs"
-  [train_plain]="$train --out $out/train_plain"
-  [train_cuda_graphs]="$train --cuda-graphs --out $out/train_cuda_graphs"
-  [train_compile]="$train --compile --out $out/train_compile"
+  [compiled_224]=$(compiled 224:1024 224_1024)
+  [compiled_32_65536]=$(compiled 32:65536 32_65536)
+  [compiled_32_1024]=$(compiled 32:1024 32_1024)
+  [search_cost]=$(search_cost search_cost)
+  [search_cost_graphs]=$(search_cost search_cost_graphs --cuda-graphs)
+  [train_plain]=$(train train_plain)
+  [train_cuda_graphs]=$(train train_cuda_graphs --cuda-graphs)
+  [train_compile]=$(train train_compile --compile)
   [eager_grid]="$throughput --out $out/cuda_throughput"
-  [compiled_224_t4]="$throughput --grid 224:1024 --compile --compile-options {\"options\":{\"realize_reads_threshold\":4}} --out $out/cuda_compiled_224_1024_t4"
-  [compiled_224_op50]="$throughput --grid 224:1024 --compile --compile-options {\"options\":{\"realize_opcount_threshold\":50}} --out $out/cuda_compiled_224_1024_op50"
+  [compiled_224_t4]=$(compiled 224:1024 224_1024_t4 '--compile-options {"options":{"realize_reads_threshold":4}}')
+  [compiled_224_op50]=$(compiled 224:1024 224_1024_op50 '--compile-options {"options":{"realize_opcount_threshold":50}}')
 )
 order=(cuda_tests compiled_224 compiled_32_65536 compiled_32_1024 search_cost search_cost_graphs train_plain
   train_cuda_graphs train_compile eager_grid compiled_224_t4 compiled_224_op50)
