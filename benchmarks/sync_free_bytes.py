@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import datetime
 import importlib
 import json
@@ -36,6 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -107,7 +109,16 @@ def _gpu_realize_rules() -> dict[str, int]:
     return rules
 
 
-_GPU_REALIZE = _gpu_realize_rules()
+@contextlib.contextmanager
+def _as_on_a_gpu(module) -> Iterator[None]:
+    """Within: ``module`` (an ``_augment``) takes the accelerators' path and augments a batch whole, as on a
+    GPU (the CPU takes the grouped path and augments large batches in parts)."""
+    module._FORCE_SYNC_FREE = True
+    module._CHUNK_BYTES, chunk_bytes = math.inf, module._CHUNK_BYTES
+    try:
+        yield
+    finally:
+        module._FORCE_SYNC_FREE, module._CHUNK_BYTES = None, chunk_bytes
 
 
 def compiled_buffers(images: torch.Tensor, prob: torch.Tensor, mag: torch.Tensor) -> list[tuple[str, str, int]]:
@@ -122,36 +133,28 @@ def compiled_buffers(images: torch.Tensor, prob: torch.Tensor, mag: torch.Tensor
     graph a GPU would run, not of the CPU's."""
     from torch._inductor.utils import run_and_get_code  # inductor's own way to see its code; imported late
 
-    augment_module._FORCE_SYNC_FREE = True
-    augment_module._CHUNK_BYTES, chunk_bytes = math.inf, augment_module._CHUNK_BYTES  # whole, as on a GPU
-    torch._dynamo.reset()  # compiled afresh, so that its code is generated (and seen) here
-    try:
-        def call(x: torch.Tensor) -> torch.Tensor:
-            return hba_augment.functional.augment(x, prob, mag, check_policy=False, compile=True)
+    def call(x: torch.Tensor) -> torch.Tensor:
+        return hba_augment.functional.augment(x, prob, mag, check_policy=False, compile=True)
 
-        # Without reuse, and without kernels that write their result over a buffer they read (in_out_ptr),
-        # every buffer a kernel writes is its own allocation, so the allocations count the writes.
-        with torch._inductor.config.patch({"allow_buffer_reuse": False, "inplace_buffers": False,
-                                           "cpp.fallback_scatter_reduce_sum": False, **_GPU_REALIZE}):
-            _, sources = run_and_get_code(call, images)
-    finally:
-        augment_module._FORCE_SYNC_FREE, augment_module._CHUNK_BYTES = None, chunk_bytes
+    torch._dynamo.reset()  # compiled afresh, so that its code is generated (and seen) here
+    # Without reuse, and without kernels that write their result over a buffer they read (in_out_ptr),
+    # every buffer a kernel writes is its own allocation, so the allocations count the writes.
+    with _as_on_a_gpu(augment_module), torch._inductor.config.patch({
+            "allow_buffer_reuse": False, "inplace_buffers": False, "cpp.fallback_scatter_reduce_sum": False,
+            **_gpu_realize_rules()}):
+        _, sources = run_and_get_code(call, images)
     return [(shape, dtype, math.prod(int(v) for v in shape.split(",") if v.strip())
              * getattr(torch, dtype.removeprefix("torch.")).itemsize)
             for source in sources for shape, dtype in _BUFFER.findall(source)]
 
 
 def record(module, function, images: torch.Tensor, prob: torch.Tensor, mag: torch.Tensor) -> BytesRecorder:
-    """One forced sync-free call of ``function`` (``module`` its ``_augment``), after a warm-up call; the batch
-    whole, as on a GPU (the CPU augments large batches in parts)."""
-    module._FORCE_SYNC_FREE = True
-    module._CHUNK_BYTES, chunk_bytes = math.inf, module._CHUNK_BYTES
-    try:
+    """One call of ``function`` (``module`` its ``_augment``) as on a GPU (:func:`_as_on_a_gpu`), after a
+    warm-up call."""
+    with _as_on_a_gpu(module):
         function(images, prob, mag, generator=torch.Generator().manual_seed(0))
         with BytesRecorder() as recorder:
             function(images, prob, mag, generator=torch.Generator().manual_seed(0))
-    finally:
-        module._FORCE_SYNC_FREE, module._CHUNK_BYTES = None, chunk_bytes
     return recorder
 
 

@@ -441,9 +441,10 @@ def test_compile_is_a_bool_or_torch_compiles_arguments(cifar_images):
 def test_compiled_pixel_work_compiles_under_eager_numerics(cifar_images, monkeypatch):
     """Triton fuses ``a * b + c`` into one FMA and divides through an approximate reciprocal unless inductor
     is told otherwise; either moves a value across a uint8 truncation now and then. The pixel work is
-    compiled with both turned off among inductor's options, whatever the caller gives: a ``mode`` becomes
-    its options (``torch.compile`` takes one or the other), options the caller gives win, and another
-    backend gets the caller's arguments as they are."""
+    compiled with both turned off among inductor's options, whatever the caller gives, and with the
+    package's setting of what inductor writes (``_FUSION``): a ``mode`` becomes its options
+    (``torch.compile`` takes one or the other), options the caller gives win, and another backend gets the
+    caller's arguments as they are."""
     from torch._inductor import config, list_mode_options
 
     monkeypatch.setattr(augment_module, "_FORCE_SYNC_FREE", True)
