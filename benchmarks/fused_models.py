@@ -17,17 +17,22 @@ uint8 images resident on the device (the trainer's own layout for a 4,000-image 
 
 - ``loop``: N networks and N optimisers, each step one after another (one process of N trainings);
 - ``vmap``: one set of stacked weights (``torch.func.stack_module_state``), one forward and backward of
-  ``vmap(functional_call)`` over the N batches, one optimiser over the stacked weights.
+  ``vmap(functional_call)`` over the N batches, one optimiser over the stacked weights;
+- ``grouped`` (WRNs only): the N networks as one network N times as wide whose layers never mix them
+  (grouped convolutions, batch norm over N x C channels, a batched classifier), what ``vmap`` derives,
+  written out: batch norm stays one kernel, where ``vmap`` adds its affine part as two more passes.
 
 A step is the trainer's: the batched ``HBAPolicy`` call (cifar10's schedule at its last epoch; ``loop``:
 one call a network, ``vmap``: one call on all N x B images, each network's rows with its own policy
 tensor, as population members would), standardisation, flip, crop and Cutout (``_runner.baseline_augment``),
 forward, cross-entropy, backward and SGD (Nesterov 0.9, weight decay 5e-4, the ``foreach`` kernels);
-``--no-augment`` drops the augmentation. Before timing, a check runs one step of both modes from the same
-weights and inputs and records the largest difference of the logits and of the weights after the step
-(float32, no autocast: the same arithmetic up to the order of sums).
+``--no-augment`` drops the augmentation. Before timing, a check runs one step of each fused mode and of
+``loop`` from the same weights and inputs and records the largest difference of the logits and of the
+weights after the step (float32, no autocast: the same arithmetic up to the order of sums).
 
-Note: ``torch.autocast`` on the CPU does not reach convolutions under ``vmap`` (functorch skips the CPU's
+Notes: under ``vmap`` a channels-last network's global pooling goes through functorch's slow per-network
+fallback (``as_strided_`` has no batching rule; it warns), a small tensor. ``torch.autocast`` on the CPU
+does not reach convolutions under ``vmap`` (functorch skips the CPU's
 autocast for the ops it decomposes), so ``--amp`` is a GPU measurement; the table records the logits'
 dtype of each mode.
 
@@ -57,15 +62,16 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from hba_augment import HBAPolicy, _runner, functional
 from hba_augment.models import create_model
+from hba_augment.models.wrn import WideResNet
 
-MODES = ("loop", "vmap")
+MODES = ("loop", "vmap", "grouped")
 #: The trainer's SGD (``hba_augment.train.TrainConfig`` defaults of the cifar10 preset).
 SGD = {"lr": 0.05, "momentum": 0.9, "nesterov": True, "weight_decay": 5e-4, "foreach": True}
 #: CIFAR-10's channel statistics, the standardisation the trainer computes from its training set.
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 
 
-class Fused(nn.Module):
+class Vmapped(nn.Module):
     """N networks of one architecture as stacked weights, called on ``(N, B, C, H, W)`` batches.
 
     Args:
@@ -98,6 +104,84 @@ class Fused(nn.Module):
         state = {n: p[i] for n, p in zip(self.names, self.stacked, strict=True)}
         state.update({n: getattr(self, f"b{k}")[i] for k, n in enumerate(self.buffer_names)})
         return state
+
+
+class GroupedLinear(nn.Module):
+    """N linear layers on ``(B, N C)`` features, network by network: ``(B, N C)`` -> ``(N, B, K)``."""
+
+    def __init__(self, linears: list[nn.Linear]) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.stack([m.weight.detach() for m in linears]))  # (N, K, C)
+        self.bias = nn.Parameter(torch.stack([m.bias.detach() for m in linears]))  # (N, K)
+
+    def forward(self, x: Tensor) -> Tensor:
+        n, _, c = self.weight.shape
+        return torch.baddbmm(self.bias.unsqueeze(1), x.view(len(x), n, c).transpose(0, 1), self.weight.transpose(1, 2))
+
+
+class Grouped(nn.Module):
+    """N WRNs as one WRN N times as wide whose layers never mix the networks: every convolution grouped by
+    network (``groups`` x N), batch norm over the N x C channels, the classifier a :class:`GroupedLinear`.
+    HFTA's horizontal fusion written out, where ``vmap`` derives it (and splits batch norm's affine part into
+    two more passes). Only for WRNs: their forward passes mix channels only in these layers (a network that
+    concatenates channels would mix the N networks' ones).
+
+    Args:
+        models: the N networks (same WRN); their weights are copied.
+    """
+
+    def __init__(self, models: list[nn.Module]) -> None:
+        super().__init__()
+        if not all(isinstance(m, WideResNet) for m in models):
+            raise TypeError(f"Grouped fuses WRNs only, got {sorted({type(m).__name__ for m in models})}")
+        self.n = len(models)
+        self.net = copy.deepcopy(models[0])
+        by_name = [dict(m.named_modules()) for m in models]
+        for name, module in list(self.net.named_modules()):
+            peers = [modules[name] for modules in by_name]
+            if isinstance(module, nn.Conv2d):
+                new: nn.Module = nn.Conv2d(self.n * module.in_channels, self.n * module.out_channels,
+                                           module.kernel_size, module.stride, module.padding, module.dilation,
+                                           groups=self.n * module.groups, bias=False)
+                new.weight.data.copy_(torch.cat([m.weight.detach() for m in peers]))
+            elif isinstance(module, nn.BatchNorm2d):
+                new = nn.BatchNorm2d(self.n * module.num_features, module.eps, module.momentum)
+                for key in ("weight", "bias", "running_mean", "running_var"):
+                    getattr(new, key).data.copy_(torch.cat([getattr(m, key).detach() for m in peers]))
+            elif isinstance(module, nn.Linear):
+                new = GroupedLinear(peers)
+            else:
+                continue
+            parent, _, child = name.rpartition(".")
+            setattr(self.net.get_submodule(parent) if parent else self.net, child, new.to(module.weight.device))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``(N, B, C, H, W)`` -> ``(N, B, classes)``."""
+        n, b, c, h, w = x.shape
+        # Row j of the wide batch holds image j of every network, their channels side by side; one copy, into
+        # the layout the input came in (channels-last when its channels are the innermost dimension).
+        layout = torch.channels_last if x.stride(2) == 1 else torch.contiguous_format
+        wide = torch.empty(b, n * c, h, w, dtype=x.dtype, device=x.device, memory_format=layout)
+        wide.unflatten(1, (n, c)).copy_(x.transpose(0, 1))
+        return self.net(wide)
+
+    def member(self, i: int) -> dict[str, Tensor]:
+        """Network ``i``'s state dict (weights and buffers)."""
+        state = {}
+        for name, value in self.net.state_dict().items():
+            module = self.net.get_submodule(name.rpartition(".")[0])
+            if isinstance(module, GroupedLinear):
+                state[name] = value[i]
+            elif value.ndim == 0:  # num_batches_tracked: every network's
+                state[name] = value
+            else:
+                size = len(value) // self.n
+                state[name] = value[i * size : (i + 1) * size]
+        return state
+
+
+#: The fused modes: how each stacks the N networks.
+FUSED: dict[str, Callable[[list[nn.Module]], nn.Module]] = {"vmap": Vmapped, "grouped": Grouped}
 
 
 def build(model: str, n: int, device: torch.device, channels_last: bool) -> list[nn.Module]:
@@ -160,9 +244,10 @@ def loop_step(models: list[nn.Module], opts: list[torch.optim.Optimizer], pipe: 
     return logits
 
 
-def vmap_step(fused: Fused, opt: torch.optim.Optimizer, pipe: Pipeline, x: Tensor, y: Tensor, amp: bool,
+def fused_step(fused: nn.Module, opt: torch.optim.Optimizer, pipe: Pipeline, x: Tensor, y: Tensor, amp: bool,
               channels_last: bool) -> Tensor:
-    """One step of all networks at once; shapes as :func:`loop_step`. The logits ``(N, B, classes)``."""
+    """One step of all networks at once (a :data:`FUSED` network); shapes as :func:`loop_step`. The logits
+    ``(N, B, classes)``."""
     n, b = x.shape[:2]
     images = pipe(x.flatten(0, 1), members=n)
     if channels_last:
@@ -175,27 +260,31 @@ def vmap_step(fused: Fused, opt: torch.optim.Optimizer, pipe: Pipeline, x: Tenso
     return logits
 
 
-def check(model: str, n: int, batch: int, device: torch.device) -> dict[str, float]:
-    """One float32 step of both modes from the same weights and inputs, no augmentation: the largest
-    absolute difference of the logits, of the weights after the step, and of the BN running statistics."""
-    models = build(model, n, device, channels_last=False)
-    fused = Fused(models)
+def check(model: str, n: int, batch: int, device: torch.device) -> dict[str, dict[str, float]]:
+    """One float32 step of each fused mode and of ``loop`` from the same weights and inputs, no augmentation:
+    per fused mode, the largest absolute difference of the logits, of the weights after the step, and of the
+    BN running statistics."""
     pipe = Pipeline(device, augment=False)
     g = torch.Generator(device).manual_seed(1)
     x = torch.randint(0, 256, (n, batch, 3, 32, 32), dtype=torch.uint8, device=device, generator=g)
     y = torch.randint(0, 10, (n, batch), device=device, generator=g)
-    opts = [torch.optim.SGD(m.parameters(), **SGD) for m in models]
-    logits_fused = vmap_step(fused, torch.optim.SGD(fused.parameters(), **SGD), pipe, x, y, False, False)
-    worst = {"logits": 0.0, "weights": 0.0, "buffers": 0.0}
-    for i, (net, opt) in enumerate(zip(models, opts, strict=True)):
-        logits = loop_step([net], [opt], pipe, x[i : i + 1], y[i : i + 1], False, False)
-        worst["logits"] = max(worst["logits"], (logits - logits_fused[i]).abs().max().item())
-        member = fused.member(i)
-        for name, value in net.state_dict().items():
-            if not value.dtype.is_floating_point:
-                continue
-            key = "weights" if name in fused.names else "buffers"
-            worst[key] = max(worst[key], (value - member[name]).abs().max().item())
+    models = build(model, n, device, channels_last=False)
+    fused = {mode: FUSED[mode](models) for mode in FUSED}
+    fused_logits = {mode: fused_step(net, torch.optim.SGD(net.parameters(), **SGD), pipe, x, y, False, False)
+                    for mode, net in fused.items()}
+    worst = {mode: {"logits": 0.0, "weights": 0.0, "buffers": 0.0} for mode in FUSED}
+    for i, net in enumerate(models):
+        logits = loop_step([net], [torch.optim.SGD(net.parameters(), **SGD)], pipe, x[i : i + 1], y[i : i + 1],
+                           False, False)
+        weights = {name for name, _ in net.named_parameters()}
+        for mode, stacked in fused.items():
+            w = worst[mode]
+            w["logits"] = max(w["logits"], (logits - fused_logits[mode][i]).abs().max().item())
+            member = stacked.member(i)
+            for name, value in net.state_dict().items():
+                if value.dtype.is_floating_point:
+                    key = "weights" if name in weights else "buffers"
+                    w[key] = max(w[key], (value - member[name]).abs().max().item())
     return worst
 
 
@@ -218,12 +307,12 @@ def time_mode(mode: str, n: int, args: argparse.Namespace, device: torch.device)
         def step(x: Tensor, y: Tensor) -> Tensor:
             return loop_step(models, opts, pipe, x, y, args.amp, args.channels_last)
     else:
-        fused = Fused(models)
+        fused = FUSED[mode](models)
         del models
         opt = torch.optim.SGD(fused.parameters(), **SGD)
 
         def step(x: Tensor, y: Tensor) -> Tensor:
-            return vmap_step(fused, opt, pipe, x, y, args.amp, args.channels_last)
+            return fused_step(fused, opt, pipe, x, y, args.amp, args.channels_last)
 
     def batch() -> tuple[Tensor, Tensor]:
         idx = torch.randint(0, args.pool, (n, args.batch_size), device=device, generator=g)
@@ -247,15 +336,15 @@ def time_mode(mode: str, n: int, args: argparse.Namespace, device: torch.device)
 
 def markdown(meta: dict[str, object], rows: list[dict[str, object]]) -> str:
     lines = [
-        f"# N networks trained as one (`vmap`) or one after another (`loop`): {meta['device_name']}",
+        f"# N networks trained as one (`vmap`, `grouped`) or one after another (`loop`): {meta['device_name']}",
         "",
         f"`{meta['command']}`; {meta['date']}, commit {meta['commit']}, torch {meta['torch']}. {meta['model']}, "
         f"{meta['batch_size']} images a network a step, augmentation {'off' if meta['no_augment'] else 'on'}, "
         f"autocast {'bfloat16' if meta['amp'] else 'off'}, channels-last {'on' if meta['channels_last'] else 'off'}.",
         "",
-        f"Check (float32, one step, same weights and inputs): largest difference of the logits "
-        f"{meta['check']['logits']:.2e}, of the weights after the step {meta['check']['weights']:.2e}, of the "
-        f"running statistics {meta['check']['buffers']:.2e}.",
+        "Check (float32, one step of each mode and of `loop`, same weights and inputs), largest difference: "
+        + "; ".join(f"`{mode}`: logits {w['logits']:.2e}, weights after the step {w['weights']:.2e}, running "
+                    f"statistics {w['buffers']:.2e}" for mode, w in meta["check"].items()) + ".",
         "",
         "| N | mode | ms per step | images/s (all N) | vs `loop` N = 1 | vs `loop` same N | logits |",
         "|---|---|---|---|---|---|---|",
@@ -293,7 +382,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--model", default="wrn-40-2")
     p.add_argument("--members", type=_members, default=[1, 4, 8, 16], help="network counts N (default: 1,4,8,16)")
-    p.add_argument("--modes", type=_modes, default=list(MODES), help="comma-separated, of loop, vmap (default: both)")
+    p.add_argument("--modes", type=_modes, default=list(MODES),
+                   help="comma-separated, of loop, vmap, grouped (default: all)")
     p.add_argument("--batch-size", type=int, default=128, help="images a network a step (default: 128)")
     p.add_argument("--steps", type=int, default=20, help="steps per timing (default: 20)")
     p.add_argument("--repeats", type=int, default=3, help="timings per row, the median kept (default: 3)")
