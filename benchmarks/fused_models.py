@@ -9,8 +9,8 @@ in eight processes on an H200. Stacking N networks' weights and vectorising the 
 convolution into one grouped convolution of the N networks: HFTA's horizontal fusion, Wang et al., MLSys
 2021) launches one network's kernels for all N, each N times larger; every network still gets its own
 images, its own augmentation draws and its own SGD update (the optimiser is elementwise). If that pays on a
-GPU, the population search's members and ``policy_quality.py``'s seeds can train that way; this measures
-it before anything is built on it.
+GPU, the population search's members and ``policy_quality.py``'s seeds train that way (``hba-augment train
+--fuse`` already does for seeds); this measures it.
 
 Each mode trains ``N`` networks for ``--steps`` timed steps after ``--warmup`` untimed ones, on random
 uint8 images resident on the device (the trainer's own layout for a 4,000-image set):
@@ -18,9 +18,10 @@ uint8 images resident on the device (the trainer's own layout for a 4,000-image 
 - ``loop``: N networks and N optimisers, each step one after another (one process of N trainings);
 - ``vmap``: one set of stacked weights (``torch.func.stack_module_state``), one forward and backward of
   ``vmap(functional_call)`` over the N batches, one optimiser over the stacked weights;
-- ``grouped`` (WRNs only): the N networks as one network N times as wide whose layers never mix them
-  (grouped convolutions, batch norm over N x C channels, a batched classifier), what ``vmap`` derives,
-  written out: batch norm stays one kernel, where ``vmap`` adds its affine part as two more passes.
+- ``grouped`` (WRNs only): :class:`hba_augment.models.fused.FusedWRN`, the N networks as one network N
+  times as wide whose layers never mix them (grouped convolutions, batch norm over N x C channels, a batched
+  classifier; ``hba-augment train --seed 0,1,2 --fuse``), what ``vmap`` derives, written out: batch norm
+  stays one kernel, where ``vmap`` adds its affine part as two more passes.
 
 A step is the trainer's: the batched ``HBAPolicy`` call (cifar10's schedule at its last epoch; ``loop``:
 one call a network, ``vmap``: one call on all N x B images, each network's rows with its own policy
@@ -62,7 +63,7 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from hba_augment import HBAPolicy, _runner, functional
 from hba_augment.models import create_model
-from hba_augment.models.wrn import WideResNet
+from hba_augment.models.fused import FusedWRN
 
 MODES = ("loop", "vmap", "grouped")
 #: The trainer's SGD (``hba_augment.train.TrainConfig`` defaults of the cifar10 preset).
@@ -99,89 +100,15 @@ class Vmapped(nn.Module):
 
         return vmap(one, randomness="different")(params, buffers, x)
 
-    def member(self, i: int) -> dict[str, Tensor]:
+    def member_state_dict(self, i: int) -> dict[str, Tensor]:
         """Network ``i``'s state dict (weights and buffers)."""
         state = {n: p[i] for n, p in zip(self.names, self.stacked, strict=True)}
         state.update({n: getattr(self, f"b{k}")[i] for k, n in enumerate(self.buffer_names)})
         return state
 
 
-class GroupedLinear(nn.Module):
-    """N linear layers on ``(B, N C)`` features, network by network: ``(B, N C)`` -> ``(N, B, K)``."""
-
-    def __init__(self, linears: list[nn.Linear]) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.stack([m.weight.detach() for m in linears]))  # (N, K, C)
-        self.bias = nn.Parameter(torch.stack([m.bias.detach() for m in linears]))  # (N, K)
-
-    def forward(self, x: Tensor) -> Tensor:
-        n, _, c = self.weight.shape
-        return torch.baddbmm(self.bias.unsqueeze(1), x.view(len(x), n, c).transpose(0, 1), self.weight.transpose(1, 2))
-
-
-class Grouped(nn.Module):
-    """N WRNs as one WRN N times as wide whose layers never mix the networks: every convolution grouped by
-    network (``groups`` x N), batch norm over the N x C channels, the classifier a :class:`GroupedLinear`.
-    HFTA's horizontal fusion written out, where ``vmap`` derives it (and splits batch norm's affine part into
-    two more passes). Only for WRNs: their forward passes mix channels only in these layers (a network that
-    concatenates channels would mix the N networks' ones).
-
-    Args:
-        models: the N networks (same WRN); their weights are copied.
-    """
-
-    def __init__(self, models: list[nn.Module]) -> None:
-        super().__init__()
-        if not all(isinstance(m, WideResNet) for m in models):
-            raise TypeError(f"Grouped fuses WRNs only, got {sorted({type(m).__name__ for m in models})}")
-        self.n = len(models)
-        self.net = copy.deepcopy(models[0])
-        by_name = [dict(m.named_modules()) for m in models]
-        for name, module in list(self.net.named_modules()):
-            peers = [modules[name] for modules in by_name]
-            if isinstance(module, nn.Conv2d):
-                new: nn.Module = nn.Conv2d(self.n * module.in_channels, self.n * module.out_channels,
-                                           module.kernel_size, module.stride, module.padding, module.dilation,
-                                           groups=self.n * module.groups, bias=False)
-                new.weight.data.copy_(torch.cat([m.weight.detach() for m in peers]))
-            elif isinstance(module, nn.BatchNorm2d):
-                new = nn.BatchNorm2d(self.n * module.num_features, module.eps, module.momentum)
-                for key in ("weight", "bias", "running_mean", "running_var"):
-                    getattr(new, key).data.copy_(torch.cat([getattr(m, key).detach() for m in peers]))
-            elif isinstance(module, nn.Linear):
-                new = GroupedLinear(peers)
-            else:
-                continue
-            parent, _, child = name.rpartition(".")
-            setattr(self.net.get_submodule(parent) if parent else self.net, child, new.to(module.weight.device))
-
-    def forward(self, x: Tensor) -> Tensor:
-        """``(N, B, C, H, W)`` -> ``(N, B, classes)``."""
-        n, b, c, h, w = x.shape
-        # Row j of the wide batch holds image j of every network, their channels side by side; one copy, into
-        # the layout the input came in (channels-last when its channels are the innermost dimension).
-        layout = torch.channels_last if x.stride(2) == 1 else torch.contiguous_format
-        wide = torch.empty(b, n * c, h, w, dtype=x.dtype, device=x.device, memory_format=layout)
-        wide.unflatten(1, (n, c)).copy_(x.transpose(0, 1))
-        return self.net(wide)
-
-    def member(self, i: int) -> dict[str, Tensor]:
-        """Network ``i``'s state dict (weights and buffers)."""
-        state = {}
-        for name, value in self.net.state_dict().items():
-            module = self.net.get_submodule(name.rpartition(".")[0])
-            if isinstance(module, GroupedLinear):
-                state[name] = value[i]
-            elif value.ndim == 0:  # num_batches_tracked: every network's
-                state[name] = value
-            else:
-                size = len(value) // self.n
-                state[name] = value[i * size : (i + 1) * size]
-        return state
-
-
 #: The fused modes: how each stacks the N networks.
-FUSED: dict[str, Callable[[list[nn.Module]], nn.Module]] = {"vmap": Vmapped, "grouped": Grouped}
+FUSED: dict[str, Callable[[list[nn.Module]], nn.Module]] = {"vmap": Vmapped, "grouped": FusedWRN}
 
 
 def build(model: str, n: int, device: torch.device, channels_last: bool) -> list[nn.Module]:
@@ -280,7 +207,7 @@ def check(model: str, n: int, batch: int, device: torch.device) -> dict[str, dic
         for mode, stacked in fused.items():
             w = worst[mode]
             w["logits"] = max(w["logits"], (logits - fused_logits[mode][i]).abs().max().item())
-            member = stacked.member(i)
+            member = stacked.member_state_dict(i)
             for name, value in net.state_dict().items():
                 if value.dtype.is_floating_point:
                     key = "weights" if name in weights else "buffers"

@@ -311,15 +311,17 @@ class Campaign:
     def policy_quality(self, split: str, policies: list[str], *options: str) -> list[str]:
         """The ``policy_quality.py`` command of ``policies`` on ``split``: the plan's protocol, then ``options``."""
         spec, train = self.plan["evals"][split], self.plan["train"]
+        # No checkpoint but the last: a call's run folders never come back to resume from (speed only: the
+        # records keep their keys, policy_quality._run_key).
         extra = (train.get("extra", "") + (" --eval-split val" if spec.get("eval_split", split) == "val" else "")
-                 + (" --cuda-graphs" if self.args.cuda_graphs else ""))
+                 + (" --cuda-graphs" if self.args.cuda_graphs else "") + " --checkpoint-every 0")
         cmd = [sys.executable, str(REPO / "benchmarks" / "policy_quality.py"), *options, "--dataset",
                self.plan.get("dataset", "imagefolder"), "--data-dir", str(self.data), "--preset",
                train.get("preset", "cifar10"), "--model", train["model"], "--epochs", str(train["epochs"]),
                "--train-size", str(train["train_size"]), "--seeds", ",".join(map(str, spec["seeds"])),
                "--policies", ",".join(self.policy_item(p) for p in policies), "--device", self.args.device,
                "--threads", str(self.args.threads), "--lanes", str(self.args.lanes), "--extra", extra.strip(),
-               "--out", str(self.root / split)]
+               "--out", str(self.root / split), *(["--fuse"] if self.args.fuse else [])]
         return cmd + (["--test-size", str(spec["test_size"])] if spec.get("test_size") else [])
 
     def start_evals(self, split: str, policies: list[str], jobs: int, min_seconds: float) -> None:
@@ -473,6 +475,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lanes", type=int, default=1,
                    help="trainings per process: up to this many seeds of a policy side by side in one process "
                    "(policy_quality.py --lanes; a process counts one against --max-procs; default: 1)")
+    p.add_argument("--fuse", action="store_true",
+                   help="with --lanes: a process's seeds train as one fused network where they can "
+                   "(policy_quality.py --fuse; records keep their keys; default: off)")
     p.add_argument("--wall-seconds", type=_wall_seconds, metavar="JSON",
                    help="this call's table of how long one training takes at N processes at once, instead of the "
                    "plan's (e.g. measured just before for --lanes: benchmarks/pick_layout.py)")

@@ -109,6 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="runs per process: up to this many seeds of one policy train side by side in one "
                    "hba-augment train process (--seed a,b,...; on a GPU they share it at once, where processes "
                    "take turns); each run's record is its own, as if it had run alone")
+    p.add_argument("--fuse", action="store_true",
+                   help="with --lanes: train a process's seeds as one fused network (hba-augment train --fuse) where "
+                   "the model and policy allow it (WRNs, policies applied on the device; the others run as lanes). "
+                   "A record keeps its run's key: fused, a run's augmentation draws differ from alone, their "
+                   "distribution does not")
     p.add_argument("--num-workers", type=int, help="hba-augment train --num-workers (default: its own)")
     p.add_argument("--extra", default="", help="more hba-augment train options for every run, e.g. '--lr 0.05'")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (policy_quality.md/.json, runs/)")
@@ -194,17 +199,20 @@ def _check_hba(schedule: str) -> None:
 
 #: ``hba-augment train`` flags that change a run's speed (and rounding), not what it trains.
 _SPEED_ONLY = ("--compile", "--cuda-graphs")
+#: ``hba-augment train`` options whose value does not change what a run trains: machine-specific (data
+#: location, output folder) or speed only (how often a checkpoint is written).
+_VALUE_FREE = ("--data-dir", "--out", "--checkpoint-every")
 
 
 def _run_key(cmd: list[str]) -> list[str]:
     """What defines a run's result: its ``hba-augment train`` arguments without the machine-specific ones
     (interpreter, data location, output folder) and the ones that change only its speed (``--compile``,
-    ``--cuda-graphs``), so that a result committed on one machine is reused on another."""
+    ``--cuda-graphs``, ``--checkpoint-every``), so that a result committed on one machine is reused on another."""
     key, skip = [], False
     for arg in cmd[3:]:
         if skip:
             skip = False
-        elif arg in ("--data-dir", "--out"):
+        elif arg in _VALUE_FREE:
             skip = True
         elif arg not in _SPEED_ONLY:
             key.append(arg)
@@ -245,13 +253,14 @@ def _run_one(cmd: list[str], out: Path, record: Path, env: dict[str, str], label
 
 
 def _run_group(cmds: list[list[str]], outs: list[Path], records: list[Path], env: dict[str, str],
-               labels: list[str], timeout: float | None = None) -> list[dict[str, Any] | Exception]:
+               labels: list[str], timeout: float | None = None, fuse: bool = False) -> list[dict[str, Any] | Exception]:
     """Run seeds of one policy side by side in one ``hba-augment train`` process (or reuse their results);
     per run, what :func:`_run_one` returns or the exception it raises.
 
     ``cmds`` differ only in ``--seed`` and ``--out``; the process gets the runs still to train joined
     (``--seed a,b``, ``--out`` with ``{seed}``). Each run's key and record are those of its own command, so a
-    record does not depend on how its run was grouped. One log, in the first such run's folder.
+    record does not depend on how its run was grouped. One log, in the first such run's folder. ``fuse``: the
+    runs train as one fused network where :func:`hba_augment.train.fused.fusable` allows it.
     """
     results: list[dict[str, Any] | Exception | None] = [_reused(_run_key(cmd), record) for cmd, record
                                                         in zip(cmds, records, strict=True)]
@@ -264,6 +273,11 @@ def _run_group(cmds: list[list[str]], outs: list[Path], records: list[Path], env
         first = outs[todo[0]]  # <runs>/<policy>-seed<N> (_jobs)
         cmd[cmd.index("--seed") + 1] = ",".join(seeds)
         cmd[cmd.index("--out") + 1] = str(first.parent / (first.name.removesuffix(seeds[0]) + "{seed}"))
+        if fuse:
+            from hba_augment.train.fused import fusable
+
+            if fusable(cmd[cmd.index("--model") + 1], cmd[cmd.index("--policy") + 1]) is None:
+                cmd.append("--fuse")
     for i in todo:
         outs[i].mkdir(parents=True, exist_ok=True)
     # The code the runs start from, read now: later commits in the same invocation do not change it. Only the
@@ -390,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
             if left is not None and left <= max(args.min_run_seconds, 0.0):
                 return [RunUnfinished(f"{label} not started: {max(left, 0):.0f} s of --timeout left") for label in labels]
             return _run_group([job[4] for job in group], [job[3] for job in group],
-                              [records_dir / f"{job[3].name}.json" for job in group], env, labels, left)
+                              [records_dir / f"{job[3].name}.json" for job in group], env, labels, left, args.fuse)
 
         futures = {pool.submit(group_of, group): group for group in sorted(groups, key=lambda g: jobs.index(g[0]))}
         for future in concurrent.futures.as_completed(futures):

@@ -302,6 +302,7 @@ def test_run_records_are_reused_by_key_and_schedule_content(pq, tmp_path):
     assert pq._run_key(moved) == key
     # Speed-only flags train the same run: a record made without them is reused with them.
     assert pq._run_key([*cmd, "--cuda-graphs", "--compile"]) == key
+    assert pq._run_key([*cmd, "--checkpoint-every", "0"]) == key  # how often a checkpoint is written
     assert pq._run_key([*cmd, "--amp"]) != key
     sched.write_text('{"changed": 1}')
     assert pq._run_key(cmd) != key  # a changed schedule is trained again

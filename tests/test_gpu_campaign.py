@@ -322,6 +322,10 @@ def test_lanes_ask_for_a_process_per_group_of_seeds(tmp_path: Path, monkeypatch)
     assert started == [3]
     cmd = campaign.policy_quality("test", ["none"])
     assert cmd[cmd.index("--lanes") + 1] == "3" and "--cuda-graphs" in cmd[cmd.index("--extra") + 1]
+    assert "--fuse" not in cmd
+    (tmp_path / "fused").mkdir()
+    fused = _timed_campaign(tmp_path / "fused", {"1": 250, "8": 425}, 600, "--lanes", "3", "--fuse")
+    assert "--fuse" in fused.policy_quality("test", ["none"])
 
 
 def test_lanes_without_a_measured_time_table_are_refused(tmp_path: Path):
@@ -362,7 +366,7 @@ def test_a_folder_of_more_seeds_tests_on_its_eval_split(tmp_path: Path):
     path.write_text(json.dumps(plan))
     campaign = gpu_campaign.Campaign(gpu_campaign.load_plan(path), argparse.Namespace(
         out=str(tmp_path / "c"), data_root=str(tmp_path), budget=1.0, device="cpu", threads=1, lanes=1,
-        cuda_graphs=False))
+        cuda_graphs=False, fuse=False))
     more, test = campaign.policy_quality("more", ["none"]), campaign.policy_quality("test", ["none"])
     assert more[more.index("--out") + 1] == str(tmp_path / "c" / "more")
     assert more[more.index("--seeds") + 1] == "3,4" and "--eval-split val" in more[more.index("--extra") + 1]

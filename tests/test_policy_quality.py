@@ -33,3 +33,21 @@ def test_lanes_group_the_seeds_of_a_policy_and_keep_one_record_per_run(cifar_dir
     # Keyed by each run's own command: the same runs without lanes are all found done.
     again = _run(cifar_dir, tmp_path, "--report-only")
     assert again.returncode == 0 and "4 of 4 runs done" in again.stdout
+
+
+def test_fuse_trains_a_process_s_seeds_fused_where_it_can(cifar_dir: Path, tmp_path: Path):
+    """``--fuse``: none and cutout train fused (one network of the two seeds); trivialaugment, a per-image
+    policy, trains as lanes. Every record keeps its run's own key."""
+    cmd = [sys.executable, str(REPO / "benchmarks" / "policy_quality.py"), "--dataset", "cifar10", "--data-dir",
+           str(cifar_dir), "--policies", "cutout,trivialaugment", "--seeds", "0,1", "--epochs", "1", "--train-size",
+           "64", "--test-size", "64", "--extra", "--batch-size 32 --num-workers 0", "--out", str(tmp_path),
+           "--lanes", "2", "--fuse"]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    logs = {p.parent.name: p.read_text() for p in (tmp_path / "runs").glob("*/log.txt")}
+    assert "--fuse" in logs["cutout-seed0"].splitlines()[0]
+    assert "--fuse" not in logs["trivialaugment-seed0"].splitlines()[0]
+    records = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "results").glob("*.json")}
+    assert records["cutout-seed1"]["result"]["config"]["fused_seeds"] == [0, 1]
+    assert records["trivialaugment-seed1"]["result"]["config"]["fused_seeds"] is None
+    assert all("--fuse" not in record["key"] for record in records.values())

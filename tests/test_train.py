@@ -145,6 +145,21 @@ def test_resume_continues_bit_for_bit(model, policy, cifar_dir, schedule_path, t
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.parametrize(("every", "written"), [(0, [False, False, True]), (2, [False, True, True]), (1, [True] * 3)])
+def test_checkpoints_are_written_every_n_epochs_and_after_the_last(every, written, cifar_dir, tmp_path):
+    config = _small_config(cifar_dir, epochs=3, checkpoint_every=every)
+    seen = []
+    train_and_evaluate(config, tmp_path, progress=False, log=lambda msg: None,
+                       on_epoch_end=lambda entry: seen.append(
+                           torch.load(tmp_path / "checkpoint.pt", weights_only=True)["epoch"]
+                           if (tmp_path / "checkpoint.pt").exists() else None))
+    assert [epoch == i + 1 for i, epoch in enumerate(seen)] == written
+    # A resumed run may change it (it changes no result).
+    resumed = train_and_evaluate(_small_config(cifar_dir, epochs=3, checkpoint_every=5), tmp_path, resume=True,
+                                 progress=False, log=lambda msg: None)
+    assert resumed.summary["epochs"] == 3
+
+
 def test_per_image_policy_does_not_depend_on_worker_count(cifar_dir, tmp_path):
     results = []
     for workers in (0, 1):

@@ -3,6 +3,7 @@
 ``create_model("wrn-40-2", num_classes=10)``. A model family registers a name pattern (a regular
 expression whose groups are passed to its factory) and a few example names for :func:`available_models`.
 To add a family, write a module here and call :func:`register_model` at the bottom of this file.
+:class:`hba_augment.models.fused.FusedWRN` trains several WRNs as one network (``hba-augment train --fuse``).
 """
 
 from __future__ import annotations

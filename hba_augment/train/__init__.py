@@ -1,6 +1,7 @@
 """Policy evaluation: train a fresh network with an augmentation policy and measure its test error.
 
 * :mod:`~hba_augment.train.trainer`: ``TrainConfig`` and ``train_and_evaluate`` (paper section 4.2);
+* :mod:`~hba_augment.train.fused`: ``train_fused``, runs that differ only in their seed as one network;
 * :mod:`~hba_augment.train.cli`: ``hba-augment train``.
 
 It uses the shared parts (:mod:`hba_augment.datasets`, :mod:`hba_augment.models`, the run driver) and
@@ -18,6 +19,7 @@ _EXPORTS = {
     "TrainingDivergedError": "trainer",
     "evaluate_model": "trainer",
     "train_and_evaluate": "trainer",
+    "train_fused": "fused",
     "train_side_by_side": "trainer",
 }
 

@@ -4,7 +4,8 @@ Every option left unset takes the paper's value for the preset and the model's f
 "Hyperparameters for policy evaluation", see :data:`hba_augment.train.trainer.PAPER_HPARAMS`);
 ``--preset`` picks the protocol (e.g. ``--dataset imagefolder --preset cifar10`` for the CIFAR-10 JPEG
 copy). Writes ``OUT/result.json`` (``test_error`` in percent, ``test_loss``, per-epoch ``history``,
-``config``), ``OUT/history.jsonl`` and ``OUT/checkpoint.pt`` (every epoch; ``--resume`` continues).
+``config``), ``OUT/history.jsonl`` and ``OUT/checkpoint.pt`` (every epoch, or every ``--checkpoint-every``;
+``--resume`` continues).
 
 Started by ``torchrun --nproc-per-node N -m hba_augment train ...`` it trains with DistributedDataParallel
 on N processes (``--batch-size`` stays the global batch); see :mod:`hba_augment._distributed`.
@@ -86,6 +87,11 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seed of the model and all random draws (default: 0); several (0,1,2): one run per seed, "
                    "side by side in this process, each in OUT with {seed} replaced (GPUs, with --cuda-graphs: "
                    "the runs share the GPU where separate processes take turns on it)")
+    g.add_argument("--fuse", action="store_true",
+                   help="with several seeds: train them as one fused network, one step of all at once (WRNs, "
+                   "policies applied on the device: none, baseline, cutout, hba:; GPUs, where one small network "
+                   "leaves most of the GPU idle). Each run keeps its initial weights, data order, folder and files; "
+                   "the runs share one augmentation stream (same distribution, other draws than alone)")
     g.add_argument("--device", default="auto", help="torch device (default: auto = cuda if available, else cpu)")
     g.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's choice)")
     g.add_argument("--amp", action="store_true", default=None, help="bfloat16 autocast (GPUs; default: off)")
@@ -101,6 +107,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="test every N epochs, 0 for only after the last epoch, which is always tested "
                    "(default: 10)")
     g.add_argument("--eval-batch-size", type=positive_int, default=500, help="batch size of testing (default: 500)")
+    g.add_argument("--checkpoint-every", type=nonneg_int, default=1, metavar="N",
+                   help="write OUT/checkpoint.pt every N epochs and after the last, 0 for only after the last: "
+                   "what an interrupted run loses, against the time writing takes (default: 1)")
     g.add_argument("--dist-timeout", type=positive_float, default=1800.0, metavar="SECONDS",
                    help="under torchrun: how long a process waits for the others before the run fails "
                    "(default: 1800)")
@@ -136,6 +145,7 @@ def run_train(args: argparse.Namespace, prog: str = "hba-augment train", command
     process or timed out; 130: interrupted.
     """
     from hba_augment import _distributed
+    from hba_augment.train.fused import train_fused
     from hba_augment.train.trainer import (
         TrainConfig,
         TrainingDivergedError,
@@ -157,6 +167,10 @@ def run_train(args: argparse.Namespace, prog: str = "hba-augment train", command
             if len(set(outs)) == 1:
                 raise ValueError(f"--out {args.out!r} must contain {{seed}} with several seeds (each run writes "
                                  "its own folder), e.g. runs/trivialaugment-{seed}")
+            if args.fuse:
+                results = train_fused(configs, outs, resume=args.resume, command=command)
+                return "\n".join(f"seed {seed}: {_describe(config, result)}"
+                                  for seed, config, result in zip(args.seed, configs, results, strict=True))
             return _side_by_side(configs, outs)
         result = train_and_evaluate(configs[0], outs[0], resume=args.resume, command=command, progress=args.progress)
         return _describe(configs[0], result)
@@ -194,6 +208,7 @@ def run_train(args: argparse.Namespace, prog: str = "hba-augment train", command
             wd=args.wd, seed=seed, device=device, image_size=args.image_size, classes=args.classes,
             download=args.download or None, flip=args.flip, crop_padding=args.crop_padding, cutout=args.cutout,
             num_workers=args.num_workers, eval_every=args.eval_every, eval_batch_size=args.eval_batch_size,
+            checkpoint_every=args.checkpoint_every,
             channels_last=args.channels_last, amp=args.amp, compile=args.compile, cuda_graphs=args.cuda_graphs,
         )
 

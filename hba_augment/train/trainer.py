@@ -38,7 +38,8 @@ the number of DataLoader workers), and dropout / Shake-Shake / ShakeDrop from to
 interrupted CPU run bit for bit (on CUDA, up to cuDNN's nondeterminism).
 
 Several runs can train at the same time in one process (:func:`train_side_by_side`, ``hba-augment train
---seed 0,1,2``), each in a lane of :mod:`hba_augment._lanes`; each ends as it would alone.
+--seed 0,1,2``), each in a lane of :mod:`hba_augment._lanes`; each ends as it would alone. Runs that differ
+only in their seed can also train as one fused network (:mod:`hba_augment.train.fused`, ``--fuse``).
 """
 
 from __future__ import annotations
@@ -139,9 +140,9 @@ EVAL_SPLITS = ("test", "val")
 # May differ between the run that wrote a checkpoint and the one that resumes it (they do not change
 # what is trained).
 _RESUME_FREE = frozenset({"data_dir", "device", "num_workers", "eval_every", "eval_batch_size", "download", "compile",
-                          "cuda_graphs"})
+                          "cuda_graphs", "checkpoint_every"})
 # Fields added after the first checkpoints, and the value those checkpoints were trained with.
-_ADDED_FIELDS = {"eval_split": "test", "compile": False, "cuda_graphs": False}
+_ADDED_FIELDS = {"eval_split": "test", "compile": False, "cuda_graphs": False, "checkpoint_every": 1}
 
 
 class TrainingDivergedError(RuntimeError):
@@ -248,6 +249,9 @@ class TrainConfig:
             (``min(8, cores - 1)``). Results do not depend on it.
         eval_every: test every this many epochs (0: only after the last; the last is always tested).
         eval_batch_size: batch size of testing.
+        checkpoint_every: write ``checkpoint.pt`` every this many epochs and after the last (0: only after the
+            last): what an interrupted run loses, against the time a checkpoint takes
+            (:func:`~hba_augment._runner.checkpoint_due`).
         channels_last: run the model in channels-last memory format (faster convolutions).
         amp: bfloat16 autocast for the forward pass.
         compile: train through ``torch.compile(model)`` (for GPUs, where a step is bound by kernel launches;
@@ -289,6 +293,7 @@ class TrainConfig:
     num_workers: int | None = None
     eval_every: int = 10
     eval_batch_size: int = 500
+    checkpoint_every: int = 1
     channels_last: bool = True
     amp: bool = False
     compile: bool = False
@@ -343,7 +348,7 @@ class TrainConfig:
             _runner.check_int(self, name, 1)
         for name in ("train_size", "test_size"):
             _runner.check_int(self, name, 1, optional=True)
-        for name in ("seed", "crop_padding", "cutout", "eval_every"):
+        for name in ("seed", "crop_padding", "cutout", "eval_every", "checkpoint_every"):
             _runner.check_int(self, name, 0)
         _runner.check_int(self, "subset_seed", 0, optional=True)
         if self.eval_split not in EVAL_SPLITS:
@@ -786,10 +791,12 @@ class _Trainer(_runner.WorkerBase):
                               channels_last=cfg.channels_last, amp=cfg.amp, dist_context=self.dist)
 
     def _diverged(self, value: float, lr: float) -> TrainingDivergedError:
+        every = self.config.checkpoint_every
+        kept = (f"The last checkpoint holds {self.epoch} completed epoch(s)" if every == 1 else
+                f"The checkpoint holds the last epoch saved ({_cli_common.option('checkpoint_every', every)})")
         return TrainingDivergedError(
             f"training diverged: the loss became {value} in epoch {self.epoch + 1} (step {self.step}, lr {lr:.4g}); "
-            f"no result was written. The last checkpoint holds {self.epoch} completed epoch(s). "
-            "Try a smaller --lr."
+            f"no result was written. {kept}. Try a smaller --lr."
         )
 
     # -- checkpoint -------------------------------------------------------------------------------
@@ -849,7 +856,8 @@ def train_and_evaluate(
     """Train ``config.model`` with ``config.policy`` and test it; write the files into ``out_dir``.
 
     Files: ``result.json`` (at the end: ``test_error`` in percent, ``test_loss``, ``history``, ``config``),
-    ``history.jsonl`` (one line per epoch, as it goes) and ``checkpoint.pt`` (after every epoch, atomically).
+    ``history.jsonl`` (one line per epoch, as it goes) and ``checkpoint.pt`` (atomically, after every
+    ``config.checkpoint_every`` epochs and after the last).
 
     In a process group (``torchrun``, see :func:`hba_augment._distributed.session`) every rank calls this
     with the same arguments: they train one model with DistributedDataParallel on shards of each batch,
@@ -906,10 +914,21 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike[str], load: Callable[
         guarded=("result", "checkpoint"), records_file="history", load=load,
         introduce=introduce, report=report, seconds_key="seconds", desc=f"train {config.policy}", unit="step",
         resume=resume, command=command, progress=progress, log=log, on_epoch_end=on_epoch_end,
+        checkpoint_every=config.checkpoint_every,
     )
     last = trainer.records[-1]
     if "test_error" not in last:  # a run resumed after its last epoch with an older checkpoint
         last["test_loss"], last["test_error"] = trainer.evaluate()
+    return _finish_run(config, trainer, out, files, command, log)
+
+
+def _finish_run(config: TrainConfig, trainer: Any, out: Path, files: dict[str, Path], command: str,
+                log: Callable[[str], None], fused_seeds: Sequence[int] | None = None) -> TrainResult:
+    """Write a finished run's ``result.json`` (every rank returns once it is on disk) and its result.
+
+    ``trainer``: the run's :class:`_Trainer`, or a fused run's view of its group (``fused_seeds``: the seeds
+    it trained with, :mod:`hba_augment.train.fused`)."""
+    last = trainer.records[-1]
     summary = {
         "test_error": last["test_error"],
         "test_loss": last["test_loss"],
@@ -935,6 +954,7 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike[str], load: Callable[
             "command": command,
             "data_source": trainer.data_source,
             "data_fingerprint": trainer.fingerprint,
+            "fused_seeds": None if fused_seeds is None else list(fused_seeds),
         },
     }
     summary = json.loads(json.dumps(summary, allow_nan=True))
