@@ -27,7 +27,15 @@ from torch import Tensor, nn
 
 from hba_augment.models.wrn import WideResNet
 
-__all__ = ["FusedWRN"]
+__all__ = ["FusedWRN", "fuses"]
+
+
+def fuses(model: str) -> bool:
+    """Whether networks of the :func:`~hba_augment.models.create_model` name ``model`` can be fused (WRNs)."""
+    from hba_augment.models import create_model
+
+    with torch.device("meta"):  # nothing allocated
+        return isinstance(create_model(model, 2), WideResNet)
 
 
 class _GroupedLinear(nn.Module):

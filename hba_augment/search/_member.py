@@ -45,7 +45,7 @@ from hba_augment import _lanes, _runner, functional
 from hba_augment._space import NUM_COPIES, NUM_OPS
 from hba_augment.models import create_model
 
-__all__ = ["Worker", "member_seed", "serve"]
+__all__ = ["FusedWorker", "Worker", "member_seed", "serve"]
 
 # How often an idle worker process checks that its driver is still there.
 _PARENT_CHECK_SECONDS = 5.0
@@ -271,11 +271,142 @@ class Worker:
         return record
 
 
+class FusedWorker(Worker):
+    """A :class:`Worker` whose members train as one :class:`~hba_augment.models.fused.FusedWRN`: a round's
+    step is one augmentation call on every member's batch (each image with its member's policy), one forward
+    and backward of the fused network and one SGD step, so a process launches one training's kernels for all
+    its members (``population_fuse``; why: :mod:`hba_augment.train.fused`).
+
+    Each member keeps its own initial weights, data order (its own generator), weights, momentum, counters
+    and state file, in :class:`Worker`'s format, so exploits and resumes read and write the same files. The
+    members share one augmentation stream (seeded by the search's seed and the process's members): a
+    member's draws, of its own policy's distribution, depend on which members share its process. Every
+    member of the process trains in every round, for the same epochs. WRN models; not with ``score_ema`` or
+    ``cuda_graphs``.
+    """
+
+    def __init__(self, config: Any, train: Any, val: Any, members: list[int], score_ema: float | None = None,
+                 lanes: int = 1) -> None:
+        from hba_augment.models.fused import FusedWRN
+
+        if score_ema is not None:
+            raise ValueError("fused members (population_fuse) are scored on their weights, not an average "
+                             f"(score_ema {score_ema})")
+        if config.cuda_graphs:
+            raise ValueError("fused members (population_fuse) train eagerly, not with cuda_graphs")
+        super().__init__(config, train, val, members, None, 1)
+        self.order = sorted(members)
+        self.slot = {m: k for k, m in enumerate(self.order)}
+        try:
+            self.fused = FusedWRN([self.members[m].model for m in self.order]).to(self.device)
+        except TypeError as e:
+            raise ValueError(f"fused members (population_fuse) need a WRN model, got {config.model!r}") from e
+        if self.channels_last:
+            self.fused = self.fused.to(memory_format=torch.channels_last)
+        self.fused.train()
+        for m in self.order:  # the members' own networks and optimisers are the fused one's slices now
+            self.members[m].model = self.members[m].opt = None
+        self.opt = torch.optim.SGD(self.fused.parameters(), lr=config.lr, momentum=config.momentum,
+                                   nesterov=config.nesterov, weight_decay=config.wd)
+        seed = int(np.random.SeedSequence([config.seed, *self.order, 3]).generate_state(2, np.uint64)[0] >> np.uint64(1))
+        self.g_aug = torch.Generator(device=self.device).manual_seed(seed)
+
+    def run_round(self, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """:meth:`Worker.run_round` for every member of this process at once."""
+        if sorted(task["member"] for task in tasks) != self.order:
+            raise ValueError(f"fused members train together: a round needs tasks for members {self.order}, got "
+                             f"{sorted(task['member'] for task in tasks)}")
+        epochs = {task["epochs"] for task in tasks}
+        if len(epochs) != 1:
+            raise ValueError(f"fused members train the same epochs in a round, got {sorted(epochs)}")
+        dev = self.device
+        for task in tasks:  # every load before any training, as Worker.run_round
+            member, k = self.members[task["member"]], self.slot[task["member"]]
+            if task["weights"] is not None:
+                state = torch.load(task["weights"], map_location=dev, weights_only=True)
+                self.fused.load_member_state_dict(k, state["model"])
+                self.fused.load_member_optimizer_state(self.opt, k, state["optimizer"])
+            if task["streams"] is not None:
+                state = torch.load(task["streams"], map_location="cpu", weights_only=True)
+                member.g_data.set_state(state["g_data"])
+                self.g_aug.set_state(state["g_aug"])  # the shared stream: every member saved the same
+                member.step, member.epoch = int(state["step"]), int(state["epoch"])
+            member.set_policy(task["prob"], task["mag"])
+        steps = {self.members[m].step for m in self.order}
+        if len(steps) != 1:
+            raise ValueError(f"fused members must be at the same step, got {sorted(steps)}")
+        start = time.perf_counter()
+        sums = self._train(next(iter(epochs)))
+        val_loss, val_err = _runner.evaluate_members(self.fused, len(self.order), self.val_x, self.val_y,
+                                                     self.normalise, channels_last=self.channels_last,
+                                                     amp=self.config.amp)
+        loss, correct, n = (row.tolist() for row in sums.t())
+        optimizer = _runner.optimizer_state(self.opt)
+        records = []
+        for task in tasks:
+            member, k = self.members[task["member"]], self.slot[task["member"]]
+            _runner.save_checkpoint({
+                "model": self.fused.member_state_dict(k),
+                "optimizer": self.fused.member_optimizer_state(optimizer, k),
+                "g_data": member.g_data.get_state(),
+                "g_aug": self.g_aug.get_state(),
+                "step": member.step,
+                "epoch": member.epoch,
+            }, Path(task["save"]))
+            record = {"member": member.index, "train_loss": loss[k] / n[k], "train_acc": correct[k] / n[k],
+                      "val_loss": val_loss[k], "val_acc": 1.0 - val_err[k] / 100.0,
+                      "seconds": time.perf_counter() - start}
+            record["finite"] = math.isfinite(record["train_loss"]) and math.isfinite(record["val_loss"])
+            records.append(record)
+        return records
+
+    def _train(self, epochs: int) -> Tensor:
+        """``epochs`` passes of every member over the training images, each in its own order; per member its
+        summed loss, correct count and images, ``(K, 3)`` on the device."""
+        cfg, dev = self.config, self.device
+        members = [self.members[m] for m in self.order]
+        k, b = len(members), cfg.batch_size
+        prob, mag = torch.stack([m.prob for m in members]), torch.stack([m.mag for m in members])
+        per_image: dict[int, tuple[Tensor, Tensor]] = {}  # by batch size; made once a round (augment caches
+        # its checks per policy tensor)
+        sums = torch.zeros(k, 3, dtype=torch.float64, device=dev)
+        for _ in range(epochs):
+            order = torch.stack([torch.randperm(self.n_train, generator=m.g_data) for m in members]).to(dev)
+            for first in range(0, self.n_train, b):
+                idx = order[:, first:first + b]
+                size = idx.shape[1]
+                if size not in per_image:
+                    per_image[size] = (prob.repeat_interleave(size, 0), mag.repeat_interleave(size, 0))
+                x = functional.augment(self.train_x[idx].flatten(0, 1), *per_image[size], cfg.count_probs,
+                                       generator=self.g_aug)
+                x = _runner.baseline_augment(self.normalise(x), flip=cfg.flip, crop_padding=cfg.crop_padding,
+                                             cutout=cfg.cutout, generator=self.g_aug)
+                x = self.layout(x).view(k, size, *x.shape[1:])
+                y = self.train_y[idx]
+                for group in self.opt.param_groups:
+                    group["lr"] = _runner.lr_at(cfg, members[0].step, self.steps_per_epoch)
+                with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.amp):
+                    logits = self.fused(x)
+                losses = F.cross_entropy(logits.float().transpose(1, 2), y, reduction="none").sum(1)
+                self.opt.zero_grad(set_to_none=True)
+                (losses.sum() / size).backward()  # each member's gradient: its own mean loss's
+                self.opt.step()
+                with torch.no_grad():
+                    sums[:, 0] += losses.detach()
+                    sums[:, 1] += (logits.argmax(2) == y).sum(1)
+                    sums[:, 2] += size
+                for m in members:
+                    m.step += 1
+            for m in members:
+                m.epoch += 1
+        return sums
+
+
 def serve(config: Any, members: list[int], threads: int, tasks: Any, results: Any,
-          score_ema: float | None = None, lanes: int = 1) -> None:
+          score_ema: float | None = None, lanes: int = 1, fuse: bool = False) -> None:
     """A worker process's main loop (started with the 'spawn' method): build a :class:`Worker` from the
     first message on ``tasks``, the training and validation images as ``(images, labels, classes)`` numpy
-    arrays, then run each list of tasks that arrives on ``tasks`` until ``None``; every answer goes to
+    arrays (a :class:`FusedWorker` with ``fuse``), then run each list of tasks that arrives on ``tasks`` until ``None``; every answer goes to
     ``results`` as ``("ready", members)``, ``("ok", records)`` or ``("error", kind, message)``."""
     try:
         from hba_augment.datasets import ImageData
@@ -288,7 +419,7 @@ def serve(config: Any, members: list[int], threads: int, tasks: Any, results: An
         torch.set_num_threads(threads)
         if config.device.startswith("cuda"):
             torch.backends.cudnn.benchmark = True  # fixed shapes, long runs
-        worker = Worker(config, train, val, members, score_ema, lanes)
+        worker = (FusedWorker if fuse else Worker)(config, train, val, members, score_ema, lanes)
         results.put(("ready", members))
         while (job := _next_message(tasks)) is not None:
             results.put(("ok", worker.run_round(job)))

@@ -83,7 +83,7 @@ _LAMBDA_OPTIONS = ("strategy", "hparam_lr", "sigma", "t_train", "t_val", "prior_
                    "teacher_estimator", "teacher_weight", "teacher_decay", "val_bn", "hyper_input")
 # Options of the population search (default None: "not given"), which the other objectives refuse.
 _POPULATION_OPTIONS = ("population", "exploit_every", "member_start", "score_ema", "amount", "resample",
-                       "population_procs", "population_lanes")
+                       "population_procs", "population_lanes", "population_fuse")
 
 
 def _flag(attr: str) -> str:
@@ -130,7 +130,8 @@ def population_config_from_args(args: argparse.Namespace, device: str,
     return PopulationConfig(search=config_from_args(args, device) if search is None else search, **given,
                             exploit_every=args.exploit_every, score_ema=args.score_ema,
                             population_procs=args.population_procs,
-                            **({} if args.population_lanes is None else {"population_lanes": args.population_lanes}))
+                            **({} if args.population_lanes is None else {"population_lanes": args.population_lanes}),
+                            **({} if args.population_fuse is None else {"population_fuse": args.population_fuse}))
 
 
 def _preset_table() -> str:
@@ -294,6 +295,10 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
                    help="members each process trains at the same time, in threads with a CUDA stream each (on a "
                    "GPU, with --cuda-graphs, their kernels share it, where processes take turns; default: 1, one "
                    "after another)")
+    g.add_argument("--population-fuse", action="store_true", default=None,
+                   help="each process trains its members as one fused network, one step of all at once (WRNs; not "
+                   "with --score-ema or --cuda-graphs; a member's augmentation draws then depend on which members "
+                   "share its process; default: off)")
     g = p.add_argument_group("output")
     g.add_argument("--out", required=True, help="output folder (schedule.json, metrics.jsonl, schedule.png, "
                    "checkpoint.pt)")

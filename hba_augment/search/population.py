@@ -61,7 +61,7 @@ from hba_augment import _cli_common, _distributed, _runner
 from hba_augment._version import __version__
 from hba_augment.schedule import Schedule
 from hba_augment.search import pbt
-from hba_augment.search._member import Worker, serve
+from hba_augment.search._member import FusedWorker, Worker, serve
 from hba_augment.search.loop import (
     CHECKPOINT_FILE,
     METRICS_FILE,
@@ -84,7 +84,7 @@ _CHECKPOINT_FORMAT = "hba-population-checkpoint"
 _CHECKPOINT_VERSION = 1
 # May differ between the session that wrote a checkpoint and the one that resumes it.
 _RESUME_FREE = frozenset({"data_dir", "name", "device", "compile", "population_procs", "population_lanes",
-                          "cuda_graphs"})
+                          "population_fuse", "cuda_graphs"})
 # Fields added after checkpoints were first written, with the value such a checkpoint ran with.
 _ADDED_FIELDS = {"member_start": "explored", "score_ema": None, "amount": "free", "resample": "uniform"}
 
@@ -106,6 +106,9 @@ class PopulationConfig:
         population_lanes: members a process trains at the same time, each in a lane of its own
             (:mod:`hba_augment._lanes`: a thread and, on CUDA, a stream; on a GPU, with ``cuda_graphs``,
             their kernels share it where processes take turns); 1: one after another.
+        population_fuse: each process trains its members as one fused network
+            (:class:`~hba_augment.search._member.FusedWorker`: WRNs, not with ``score_ema`` or ``cuda_graphs``);
+            a member's augmentation draws then depend on which members share its process.
         resample_prob, max_shift, quantile: PBA's explore and exploit settings (:mod:`~hba_augment.search.pbt`).
         member_start: how round 0's members start, one of :data:`~hba_augment.search.pbt.MEMBER_STARTS`
             (``"explored"``: member 0 at ``init``, the others at explored copies; ``"same"``: all at ``init``,
@@ -130,6 +133,7 @@ class PopulationConfig:
     exploit_every: int | None = None
     population_procs: int | None = None
     population_lanes: int = 1
+    population_fuse: bool = False
     resample_prob: float = pbt.EXPLORE_RESAMPLE_PROB
     max_shift: int = pbt.EXPLORE_MAX_SHIFT
     quantile: float = pbt.TRUNCATION_QUANTILE
@@ -162,6 +166,16 @@ class PopulationConfig:
         if self.procs > self.population:
             raise ValueError(f"{_cli_common.option('population_procs')} must be at most "
                              f"{_cli_common.option('population')} ({self.population}), got {self.procs}")
+        if self.population_fuse:
+            from hba_augment.models.fused import fuses
+
+            if not fuses(self.search.model):
+                raise ValueError(f"{_cli_common.option('population_fuse', True)} needs a WRN model, got "
+                                 f"{self.search.model!r}")
+            for name, value in (("score_ema", self.score_ema), ("cuda_graphs", self.search.cuda_graphs)):
+                if value not in (None, False):
+                    raise ValueError(f"{_cli_common.option('population_fuse', True)} does not take "
+                                     f"{_cli_common.option(name, value)}")
         if self.search.compile:
             raise ValueError(f"the population search does not support {_cli_common.option('compile', True)}: "
                              "every worker process would compile its own networks")
@@ -263,7 +277,8 @@ class _Pool:
         self.inboxes: list[Any] = []
         if procs == 0:
             self.groups = [list(range(n))]
-            self.local = Worker(config.search, train, val, self.groups[0], config.score_ema, config.population_lanes)
+            worker = FusedWorker if config.population_fuse else Worker
+            self.local = worker(config.search, train, val, self.groups[0], config.score_ema, config.population_lanes)
             return
         self.groups = [list(range(p, n, procs)) for p in range(procs)]
         ctx = torch.multiprocessing.get_context("spawn")
@@ -277,7 +292,8 @@ class _Pool:
             for group in self.groups:
                 inbox = ctx.Queue()
                 proc = ctx.Process(target=serve, args=(config.search, group, threads, inbox, self.results,
-                                                       config.score_ema, config.population_lanes), daemon=True)
+                                                       config.score_ema, config.population_lanes,
+                                                       config.population_fuse), daemon=True)
                 proc.start()
                 self.processes.append(proc)
                 self.inboxes.append(inbox)
@@ -443,6 +459,7 @@ def _provenance(config: PopulationConfig, init: _Init, history: _History, train:
         "rounds": history.rounds,
         "population_procs": config.procs,
         "population_lanes": config.population_lanes,
+        "population_fuse": config.population_fuse,
         "cuda_graphs": config.search.cuda_graphs,
         "explore": {"resample_prob": config.resample_prob, "max_shift": config.max_shift,
                     "levels": pbt.EXPLORE_LEVELS},

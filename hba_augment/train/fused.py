@@ -37,7 +37,7 @@ from torch import Tensor
 
 from hba_augment import _cli_common, _distributed, _lanes, _runner
 from hba_augment.models import create_model
-from hba_augment.models.fused import FusedWRN
+from hba_augment.models.fused import FusedWRN, fuses
 from hba_augment.train import trainer as T
 
 __all__ = ["fusable", "train_fused"]
@@ -117,7 +117,7 @@ def train_fused(
 def fusable(model: str, policy: str) -> str | None:
     """Why runs of ``model`` and ``policy`` cannot train fused, or ``None`` when they can (a WRN, a policy
     applied to whole batches on the device)."""
-    if T.model_family(model) != "wrn":
+    if not fuses(model):
         return f"fused runs train WRNs (hba_augment.models.fused.FusedWRN), got model {model!r}"
     if T.parse_policy(policy)[0] in T._PER_IMAGE:
         return ("fused runs need a policy applied to whole batches on the device (none, baseline, cutout, "

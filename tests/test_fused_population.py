@@ -1,0 +1,128 @@
+"""A population search's members trained as one fused network (``--population-fuse``,
+``hba_augment.search._member.FusedWorker``): each member trains, is scored and is saved as it is by a
+:class:`~hba_augment.search._member.Worker`, exploits included, and whole searches run and resume."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from test_search_population import _config, _fake_cifar, _without_times
+
+from hba_augment._space import NUM_COPIES, NUM_OPS
+from hba_augment.cli import main
+from hba_augment.datasets import load_dataset, reduced_split
+from hba_augment.functional._table import OPS
+from hba_augment.schedule import Schedule
+from hba_augment.search._member import FusedWorker, Worker
+from hba_augment.search.loop import SearchConfig
+from hba_augment.search.population import PopulationConfig, run_population_search
+
+pytestmark = pytest.mark.usefixtures("torch_single_thread_per_test")
+
+
+@pytest.fixture(scope="module")
+def fake_data(tmp_path_factory):
+    root = _fake_cifar(tmp_path_factory.mktemp("fake"))
+    return reduced_split(load_dataset("cifar10", root), 40, 20, seed=1)
+
+
+def _plain_search(**kw) -> SearchConfig:
+    """No random augmentation at all (no baseline, policies of probability 0): members train deterministically."""
+    return SearchConfig.from_preset("cifar10", **{"data_dir": "unused", "model": "wrn-10-1", "epochs": 4,
+                                                  "train_size": 40, "val_size": 20, "batch_size": 16, "seed": 1,
+                                                  "flip": False, "crop_padding": 0, "cutout": 0, **kw})
+
+
+def _tasks(folder, weights=None, members=(0, 1, 2)):
+    zero = np.zeros((NUM_COPIES, NUM_OPS))
+    mid = np.array([[(o.low + o.high) / 2 if o.has_magnitude else np.nan for o in OPS]] * NUM_COPIES)
+    return [{"member": m, "prob": zero, "mag": mid, "epochs": 2, "save": str(folder / f"m{m}.pt"),
+             "weights": None if weights is None else weights.get(m), "streams": None} for m in members]
+
+
+def _relative(a, b):
+    num = sum(float((a[k].float() - v.float()).square().sum()) for k, v in b.items() if v.is_floating_point())
+    return (num / sum(float(v.float().square().sum()) for v in b.values() if v.is_floating_point())) ** 0.5
+
+
+def test_fused_members_train_and_exploit_as_plain_ones(fake_data, tmp_path):
+    """Two rounds, the second with an exploit (member 2 takes member 0's weights and momentum): records and
+    saved states as a plain worker's, up to rounding (weights within 1e-3 of their norm; the same members in
+    another memory format differ by more, tests/test_fused.py)."""
+    config = _plain_search()
+    plain, fused = Worker(config, *fake_data, [0, 1, 2]), FusedWorker(config, *fake_data, [0, 1, 2])
+    for round_, weights in enumerate((None, {2: "m0.pt"})):
+        out = {name: tmp_path / f"{name}{round_}" for name in ("plain", "fused")}
+        records = {}
+        for name, worker in (("plain", plain), ("fused", fused)):
+            out[name].mkdir()
+            donors = None if weights is None else {m: tmp_path / f"{name}{round_ - 1}" / f for m, f in weights.items()}
+            records[name] = worker.run_round(_tasks(out[name], donors))
+        for a, b in zip(records["plain"], records["fused"], strict=True):
+            assert a["member"] == b["member"] and b["finite"]
+            assert b["train_loss"] == pytest.approx(a["train_loss"], rel=2e-4)
+            assert b["val_loss"] == pytest.approx(a["val_loss"], rel=2e-4)
+            assert abs(b["val_acc"] - a["val_acc"]) <= 1 / 20 + 1e-9
+        for m in (0, 1, 2):
+            a = torch.load(out["plain"] / f"m{m}.pt", weights_only=True)
+            b = torch.load(out["fused"] / f"m{m}.pt", weights_only=True)
+            assert a.keys() == b.keys() and (a["step"], a["epoch"]) == (b["step"], b["epoch"])
+            assert torch.equal(a["g_data"], b["g_data"])  # each member's own data order
+            assert _relative(b["model"], a["model"]) < 1e-3
+            momenta = {j: s["momentum_buffer"] for j, s in a["optimizer"]["state"].items()}
+            assert _relative({j: s["momentum_buffer"] for j, s in b["optimizer"]["state"].items()}, momenta) < 0.05
+    # The exploit took effect: member 2 left round 1 from member 0's weights, not its own.
+    a0 = torch.load(tmp_path / "fused1" / "m0.pt", weights_only=True)["model"]
+    a2 = torch.load(tmp_path / "fused1" / "m2.pt", weights_only=True)["model"]
+    assert _relative(a2, a0) < 0.5
+
+
+def test_a_fused_worker_trains_all_its_members_together(fake_data, tmp_path):
+    worker = FusedWorker(_plain_search(), *fake_data, [0, 2])
+    with pytest.raises(ValueError, match=r"tasks for members \[0, 2\]"):
+        worker.run_round(_tasks(tmp_path, members=(0,)))
+    tasks = _tasks(tmp_path, members=(0, 2))
+    tasks[1]["epochs"] = 1
+    with pytest.raises(ValueError, match="same epochs"):
+        worker.run_round(tasks)
+
+
+@pytest.mark.parametrize(("kw", "match"), [({"score_ema": 0.9}, "does not take score_ema"),
+                                           ({"model": "resnet-18"}, "needs a WRN")])
+def test_fused_members_refuse_what_they_cannot_do(kw, match):
+    search_kw = {k: v for k, v in kw.items() if k == "model"}
+    config = PopulationConfig(search=_plain_search(**search_kw), population=2, population_procs=0,
+                              population_fuse=True, **{k: v for k, v in kw.items() if k != "model"})
+    with pytest.raises(ValueError, match=match):
+        config.validate()
+
+
+def test_a_fused_population_search_runs_and_resumes_bit_for_bit(fake_data, tmp_path):
+    config = _config(population_fuse=True)
+    whole = run_population_search(config, tmp_path / "whole", data=fake_data, plot=False, log=lambda m: None)
+    assert whole.schedule.provenance["population_fuse"] is True
+
+    def stop_after_round_2(message: str) -> None:
+        if message.startswith("round 2/"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_population_search(config, tmp_path / "cut", data=fake_data, plot=False, log=stop_after_round_2)
+    resumed = run_population_search(config, tmp_path / "cut", resume=True, data=fake_data, plot=False,
+                                    log=lambda m: None)
+    np.testing.assert_array_equal(resumed.schedule.prob, whole.schedule.prob)
+    assert _without_times(resumed.metrics) == _without_times(whole.metrics)
+
+
+def test_the_command_line_fuses_the_members(tmp_path):
+    data_dir = _fake_cifar(tmp_path / "data")
+    out = tmp_path / "run"
+    assert main(["search", "--objective", "population", "--population", "3", "--population-procs", "0",
+                 "--population-fuse", "--exploit-every", "1", "--dataset", "cifar10", "--data-dir", str(data_dir),
+                 "--model", "wrn-10-1", "--epochs", "2", "--train-size", "40", "--val-size", "20", "--batch-size",
+                 "20", "--seed", "2", "--device", "cpu", "--out", str(out), "--no-plot", "--no-progress"]) == 0
+    assert Schedule.load(out / "schedule.json").provenance["population_fuse"] is True
+    # Not an option of the other objectives.
+    assert main(["search", "--population-fuse", "--dataset", "cifar10", "--data-dir", str(data_dir), "--epochs", "1",
+                 "--out", str(tmp_path / "other")]) == 2
