@@ -138,3 +138,22 @@ def check_cutout_structure(images, out, magnitude, fill):
 def cutout_structure():
     """The exact structural check of a Cutout result: ``cutout_structure(images, out, magnitude, fill)``."""
     return check_cutout_structure
+
+
+def mid_magnitudes() -> np.ndarray:
+    """Every op's magnitude at the middle of its range (NaN for the ops without one), ``(2, NUM_OPS)``."""
+    from hba_augment.functional._table import OPS
+
+    return np.array([[(o.low + o.high) / 2 if o.has_magnitude else np.nan for o in OPS]] * 2)
+
+
+@pytest.fixture(scope="session")
+def schedule_path(tmp_path_factory) -> Path:
+    """A one-entry schedule, every slot at probability 0.3 and mid-range magnitudes (``test_train`` has its
+    own, of two entries)."""
+    from hba_augment.functional._table import NUM_OPS
+    from hba_augment.schedule import Schedule
+
+    path = tmp_path_factory.mktemp("schedule") / "half.json"
+    Schedule(np.full((1, 2, NUM_OPS), 0.3), mid_magnitudes()[None], name="half").save(path)
+    return path

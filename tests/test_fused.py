@@ -10,10 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hba_augment.functional._table import NUM_OPS, OPS
 from hba_augment.models import create_model
 from hba_augment.models.fused import FusedWRN
-from hba_augment.schedule import Schedule
 from hba_augment.train.cli import main
 from hba_augment.train.fused import train_fused
 from hba_augment.train.trainer import TrainConfig, train_and_evaluate
@@ -116,14 +114,6 @@ def test_fused_runs_without_random_augmentation_train_as_each_alone(cifar_dir, t
             diff = sum(float((x - y).square().sum()) for x, y in pairs) ** 0.5
             assert diff <= tolerance * sum(float(y.square().sum()) for _, y in pairs) ** 0.5
     assert not np.allclose(_history(tmp_path / "fused-3"), _history(tmp_path / "fused-4"))
-
-
-@pytest.fixture(scope="module")
-def schedule_path(tmp_path_factory):
-    mag = np.array([[(o.low + o.high) / 2 if o.has_magnitude else np.nan for o in OPS]] * 2)
-    path = tmp_path_factory.mktemp("schedule") / "half.json"
-    Schedule(np.full((1, 2, NUM_OPS), 0.3), mag[None], name="half").save(path)
-    return path
 
 
 def test_fused_runs_resume_together_as_if_uninterrupted(cifar_dir, schedule_path, tmp_path):

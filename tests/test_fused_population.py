@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import mid_magnitudes
 from test_search_population import _config, _fake_cifar, _without_times
 
 from hba_augment._space import NUM_COPIES, NUM_OPS
 from hba_augment.cli import main
 from hba_augment.datasets import load_dataset, reduced_split
-from hba_augment.functional._table import OPS
 from hba_augment.schedule import Schedule
 from hba_augment.search._member import FusedWorker, Worker
 from hba_augment.search.loop import SearchConfig
@@ -36,8 +36,7 @@ def _plain_search(**kw) -> SearchConfig:
 
 def _tasks(folder, weights=None, members=(0, 1, 2)):
     zero = np.zeros((NUM_COPIES, NUM_OPS))
-    mid = np.array([[(o.low + o.high) / 2 if o.has_magnitude else np.nan for o in OPS]] * NUM_COPIES)
-    return [{"member": m, "prob": zero, "mag": mid, "epochs": 2, "save": str(folder / f"m{m}.pt"),
+    return [{"member": m, "prob": zero, "mag": mid_magnitudes(), "epochs": 2, "save": str(folder / f"m{m}.pt"),
              "weights": None if weights is None else weights.get(m), "streams": None} for m in members]
 
 

@@ -7,13 +7,10 @@ import contextvars
 import json
 import threading
 
-import numpy as np
 import pytest
 import torch
 
 from hba_augment import _lanes
-from hba_augment.functional._table import NUM_OPS, OPS
-from hba_augment.schedule import Schedule
 from hba_augment.train.cli import main
 from hba_augment.train.trainer import TrainConfig, train_side_by_side
 
@@ -51,14 +48,6 @@ def test_one_call_runs_in_the_calling_thread():
 def test_a_call_that_is_not_callable_is_refused():
     with pytest.raises(TypeError, match=r"calls\[1\] must be callable, got int"):
         _lanes.side_by_side([lambda: 0, 3], "cpu")
-
-
-@pytest.fixture(scope="module")
-def schedule_path(tmp_path_factory):
-    mag = np.array([[(o.low + o.high) / 2 if o.has_magnitude else np.nan for o in OPS]] * 2)
-    path = tmp_path_factory.mktemp("schedule") / "half.json"
-    Schedule(np.full((1, 2, NUM_OPS), 0.3), mag[None], name="half").save(path)
-    return path
 
 
 def _argv(cifar_dir, out, policy, seed):
