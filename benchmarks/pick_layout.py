@@ -9,7 +9,10 @@ for one or more lanes layouts (e.g. ``--procs 8 --lanes 2 --epochs graphs=5,eage
 ``--min-gain`` times faster than the usual one and whose training fits ``--fit``, else nothing
 (``--cuda-graphs`` only for the mode ``graphs``):
 
-    --max-procs P --lanes K [--cuda-graphs] --wall-seconds {"P":S}
+    --max-procs P --lanes K [--fuse] [--cuda-graphs] --wall-seconds {"P":S}
+
+(``--fuse`` where the layout was probed fused: ``train_speed.py --fuse``, each process's K trainings as one
+network.)
 
 ``S``: how long one training of ``--epochs`` epochs takes at that layout, from the probe: its runs' median
 seconds per epoch times the epochs, plus what a probe run spent besides its epochs after the first
@@ -43,8 +46,8 @@ def layout(report: dict[str, Any], mode: str) -> dict[str, float]:
         raise ValueError(f"{mode}: not every run finished ({len(rows)} runs)")
     overheads = [r["wall_seconds"] - (r["epochs"] - 1) * r["median_epoch_seconds"] for r in rows]
     median, together = pace([r["median_epoch_seconds"] for r in rows])
-    return {"procs": report["procs"], "lanes": report.get("lanes", 1), "epochs_per_second": together,
-            "seconds_per_epoch": median, "overhead": max(overheads)}
+    return {"procs": report["procs"], "lanes": report.get("lanes", 1), "fuse": bool(report.get("fuse")),
+            "epochs_per_second": together, "seconds_per_epoch": median, "overhead": max(overheads)}
 
 
 def training_seconds(measured: dict[str, float], epochs: int) -> float:
@@ -112,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"pick_layout: {path}: not read ({e})", file=sys.stderr)
             continue
         for mode in dict.fromkeys(r["mode"] for r in report.get("rows", [])):
-            name = f"{report.get('procs')} x {report.get('lanes', 1)} ({mode})"
+            fused = " fused" if report.get("fuse") else ""
+            name = f"{report.get('procs')} x {report.get('lanes', 1)}{fused} ({mode})"
             try:
                 lanes = layout(report, mode)
             except (KeyError, ValueError) as e:
@@ -133,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     # No spaces or quotes to strip: the shell splits $flags on spaces and passes the rest as it is.
     walls = json.dumps({str(procs): seconds}, separators=(",", ":"))
     graphs = " --cuda-graphs" if mode == "graphs" else ""
-    print(f"--max-procs {procs} --lanes {lanes['lanes']}{graphs} --wall-seconds {walls}")
+    fuse = " --fuse" if lanes["fuse"] else ""
+    print(f"--max-procs {procs} --lanes {lanes['lanes']}{fuse}{graphs} --wall-seconds {walls}")
     return 0
 
 

@@ -11,7 +11,8 @@ are more), the run's wall time and its test error. Every mode runs on the same d
 the ratio is a fair one. With ``--lanes K`` each process trains K seeds side by side in one process
 (``train --seed 0,...,K-1``, :mod:`hba_augment._lanes`): on a GPU their kernels share it at once, where
 processes take turns; compare ``--procs 8`` with ``--procs 1 --lanes 8`` by the epochs per second of all
-runs together.
+runs together. With ``--fuse`` a process's K seeds train as one fused network (``train --fuse``,
+:mod:`hba_augment.train.fused`) instead of K lanes.
 
 Usage (on the lent GPU, the JPEG archive carried in ``.device/data``)::
 
@@ -58,7 +59,7 @@ def train_command(args: argparse.Namespace, mode: str, out: Path) -> list[str]:
             "--preset", args.preset, "--model", args.model, "--policy", args.policy, "--epochs",
             str(args.epochs[mode]), "--train-size", str(args.train_size), "--device", args.device, "--threads",
             str(args.threads), "--no-progress", *shlex.split(args.extra), *MODES[mode], "--seed", seeds,
-            "--out", str(out)]
+            *(["--fuse"] if args.fuse and args.lanes > 1 else []), "--out", str(out)]
 
 
 def summarise(run: Path) -> dict[str, object]:
@@ -111,7 +112,8 @@ def _fmt(row: dict[str, object], key: str, spec: str = ".3f") -> str:
 
 
 def markdown(meta: dict[str, object], rows: list[dict[str, object]]) -> str:
-    layout = f"{meta['procs']} x {meta['lanes']} lanes" if meta.get("lanes", 1) > 1 else f"{meta['procs']}"
+    lanes = "fused" if meta.get("fuse") else "lanes"
+    layout = f"{meta['procs']} x {meta['lanes']} {lanes}" if meta.get("lanes", 1) > 1 else f"{meta['procs']}"
     lines = [f"# {layout} trainings side by side, per mode ({meta['device']})", "",
              f"- Command: `{meta['command']}`", f"- Date: {meta['date']}", "",
              "| mode | run | epochs | s per epoch (median) | first epoch s | wall s | test error | exit |",
@@ -148,6 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--procs", type=int, default=8, help="processes at once (default: 8)")
     p.add_argument("--lanes", type=int, default=1,
                    help="trainings per process, side by side (train --seed 0,1,...; default: 1)")
+    p.add_argument("--fuse", action="store_true",
+                   help="with --lanes K: each process trains its K seeds as one fused network (train --fuse; eager "
+                   "only: --epochs eager=N)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--threads", type=int, default=2, help="torch threads per training (default: 2)")
     p.add_argument("--extra", default="--amp --num-workers 2", help="more train options (default: the campaigns')")
@@ -158,6 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.fuse and set(args.epochs) != {"eager"}:
+        raise SystemExit(f"train_speed: error: --fuse trains eagerly: pass --epochs eager=N, got {list(args.epochs)}")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for mode in args.epochs:
@@ -167,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch  # only here: the script itself runs no torch
 
         device = torch.cuda.get_device_name(torch.device(device))
-    meta = {"procs": args.procs, "lanes": args.lanes, "device": device, "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    meta = {"procs": args.procs, "lanes": args.lanes, "fuse": args.fuse and args.lanes > 1, "device": device, "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "command": "python3 benchmarks/train_speed.py " + shlex.join(sys.argv[1:] if argv is None else argv)}
     text = markdown(meta, rows)
     print(text)

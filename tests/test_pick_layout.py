@@ -128,3 +128,20 @@ def test_layouts_with_more_lanes_than_a_policy_has_seeds_are_not_chosen(tmp_path
     captured = capsys.readouterr()
     assert captured.out.strip() == '--max-procs 5 --lanes 3 --cuda-graphs --wall-seconds {"5":370}'
     assert "4 x 4 (graphs): 10.67 epochs/s (1.79x), a training 330 s: not chosen, more lanes than --max-lanes 3" in captured.err
+
+
+def test_a_fused_layout_is_chosen_with_its_flag(tmp_path: Path, capsys):
+    """A probe of fused processes (train_speed.py --fuse, mode eager) prints --fuse for the campaign, which
+    takes it."""
+    base = _report(tmp_path / "base.json", 8, 1, 1.34)
+    fused = _report(tmp_path / "fused.json", 2, 8, 1.0)
+    report = json.loads(fused.read_text())
+    report["fuse"] = True
+    for row in report["rows"]:
+        row["mode"] = "eager"
+    fused.write_text(json.dumps(report))
+    assert pick_layout.main([str(base), str(fused), "--epochs", "200"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out == '--max-procs 2 --lanes 8 --fuse --wall-seconds {"2":276}'  # (30 s + 200 x 1.0) x 1.2
+    args = gpu_campaign.build_parser().parse_args(["plan.json", *out.split()])
+    assert args.fuse and args.lanes == 8 and not args.cuda_graphs

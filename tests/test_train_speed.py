@@ -70,3 +70,19 @@ def test_a_failed_process_s_exception_line_is_named_once():
     md = train_speed.markdown({"procs": 1, "lanes": 2, "device": "cpu", "command": "c", "date": "d"}, rows)
     assert md.count("Process graphs-5 failed: `torch.AcceleratorError: CUDA error: operation failed due to a "
                     "previous error during capture`") == 1
+
+
+def test_fuse_trains_each_process_s_seeds_as_one_network(cifar_dir: Path, tmp_path: Path):
+    out = tmp_path / "fused"
+    code = train_speed.main([
+        "--dataset", "cifar10", "--data-dir", str(cifar_dir), "--model", "wrn-10-1", "--train-size", "64",
+        "--epochs", "eager=1", "--procs", "1", "--lanes", "2", "--fuse", "--device", "cpu", "--threads", "1",
+        "--extra", "--test-size 32 --batch-size 32", "--out", str(out),
+    ])
+    assert code == 0
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert report["fuse"] is True and [r["run"] for r in report["rows"]] == ["eager-0-lane0", "eager-0-lane1"]
+    assert all(r["test_error"] is not None for r in report["rows"])
+    assert "1 x 2 fused trainings" in out.with_suffix(".md").read_text()
+    with pytest.raises(SystemExit, match="eager=N"):
+        train_speed.main(["--data-dir", "x", "--lanes", "2", "--fuse", "--epochs", "graphs=1"])
