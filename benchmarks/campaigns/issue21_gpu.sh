@@ -25,7 +25,8 @@ export HBA_DATA_DIR=$data
 # took 125-145 s plain on an H100, fused_models.py steps 29 networks' worth 2 x 35 times (about 20 ms each
 # alone). fused_models comes second: it decides whether issue 20's trainings are fused next; train_fused8, eight
 # seeds of the 200-epoch training fused in one process, gives the wall time a campaign needs (its history.jsonl
-# says each epoch's time even if the limit cuts it short). The commands of a family share a helper: (grid, name[, options]) for the
+# says each epoch's time even if the limit cuts it short); fused_models_nchw, the same without channels-last
+# (cuDNN's grouped convolutions may be faster in NCHW). The commands of a family share a helper: (grid, name[, options]) for the
 # compiled rows, (name[, option]) for the others.
 throughput="python3 benchmarks/cuda_throughput.py --commit $commit"
 compiled() { echo "$throughput --grid $1 --compile${3:+ $3} --out $out/cuda_compiled_$2"; }
@@ -39,13 +40,15 @@ train() {
 }
 # What inductor writes is decided by two rules whose CPU values differ from a GPU's: the CPU's, timed on the GPU.
 cpu_rules='--compile-options {"options":{"realize_opcount_threshold":50,"realize_acc_reads_threshold":12}}'
-declare -A limit=([cuda_tests]=90 [fused_models]=150 [train_fused8]=240 [compiled_224]=150 [compiled_32_65536]=150 [compiled_32_1024]=120
+declare -A limit=([cuda_tests]=90 [fused_models]=150 [train_fused8]=240 [fused_models_nchw]=90 [compiled_224]=150 [compiled_32_65536]=150 [compiled_32_1024]=120
   [search_cost]=120 [search_cost_graphs]=120 [train_plain]=220 [train_cuda_graphs]=220 [train_compile]=240
   [eager_grid]=120 [compiled_224_t4]=150 [compiled_224_cpu_rules]=150)
 declare -A run=(
   [cuda_tests]="python3 -m pytest -q -p no:cacheprovider -m cuda"
   [fused_models]="python3 benchmarks/fused_models.py --device cuda --amp --channels-last --members 1,4,8,16
     --steps 10 --commit $commit --out $out/fused_models"
+  [fused_models_nchw]="python3 benchmarks/fused_models.py --device cuda --amp --modes loop,grouped --members 1,8,16
+    --steps 10 --commit $commit --out $out/fused_models_nchw"
   [train_fused8]=$(train 'train_fused8/seed{seed}' '--seed 0,1,2,3,4,5,6,7 --fuse --checkpoint-every 0 --eval-every 0')
   [compiled_224]=$(compiled 224:1024 224_1024)
   [compiled_32_65536]=$(compiled 32:65536 32_65536)
@@ -59,7 +62,7 @@ declare -A run=(
   [compiled_224_t4]=$(compiled 224:1024 224_1024_t4 '--compile-options {"options":{"realize_reads_threshold":4}}')
   [compiled_224_cpu_rules]=$(compiled 224:1024 224_1024_cpu_rules "$cpu_rules")
 )
-order=(cuda_tests fused_models train_fused8 compiled_224 compiled_32_65536 compiled_32_1024 search_cost search_cost_graphs train_plain
+order=(cuda_tests fused_models train_fused8 fused_models_nchw compiled_224 compiled_32_65536 compiled_32_1024 search_cost search_cost_graphs train_plain
   train_cuda_graphs train_compile eager_grid compiled_224_t4 compiled_224_cpu_rules)
 (( $# )) && order=("$@")
 for name in "${order[@]}"; do
