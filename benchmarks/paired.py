@@ -1,10 +1,19 @@
 """Two policies of a ``policy_quality.py`` table compared seed by seed (issue 20's decisions).
 
 Runs of one table share everything but the policy for a given training seed (data subset, initialisation,
-data order), so a difference taken seed by seed removes what the seeds do to both. For each pair ``A B`` (or
-``A=B``, ...) this prints the seeds both have, the errors, the mean paired difference ``A - B`` with its
+data order), so a difference taken seed by seed would remove what the seeds do to both. For each pair ``A B``
+(or ``A=B``, ...) this prints the seeds both have, the errors, the mean paired difference ``A - B`` with its
 sample standard deviation, the paired t statistic (``mean / (sd / sqrt(n))``) and its two-sided p-value,
-and Welch's unpaired p-value for the same runs (scipy). A negative difference means A trains better networks.
+Welch's unpaired p-value for the same runs (scipy), and a test with the noise of one run pooled over every
+policy of the tables that has two seeds or more (``pooled p``: ``t = (mean A - mean B) / (s sqrt(1/n_A +
+1/n_B))`` over each policy's own seeds, ``s`` the pooled within-policy standard deviation, its degrees of
+freedom the sum of each policy's seeds less one). A negative difference means A trains better networks.
+
+Which to read: at paper scale the seeds do not pair (over the 16 policies of
+``paper_scale_cifar10/test`` with seeds 0-2, two policies' differences seed by seed vary by 0.50 points,
+what independent runs give, sqrt(2) x 0.35; ``benchmarks/RESULTS.md``, "How many seeds a decision needs"),
+so a paired test of three seeds has two degrees of freedom for nothing, and the pooled one, with 32, is the
+sharper test when the policies' noise is alike.
 
 Usage::
 
@@ -40,6 +49,29 @@ def load_errors(*tables: Path) -> dict[str, dict[int, float]]:
                     raise ValueError(f"{row['policy']!r} seed {seed} is in more than one table ({table})")
                 own[seed] = error
     return errors
+
+
+def pooled_noise(errors: dict[str, dict[int, float]]) -> tuple[float, int]:
+    """The within-policy standard deviation of one run's error pooled over every policy with two seeds or
+    more, and its degrees of freedom (``(nan, 0)`` when none has two)."""
+    squares, df = 0.0, 0
+    for runs in errors.values():
+        if len(runs) >= 2:
+            values = list(runs.values())
+            mean = statistics.fmean(values)
+            squares += sum((v - mean) ** 2 for v in values)
+            df += len(values) - 1
+    return (math.sqrt(squares / df), df) if df else (math.nan, 0)
+
+
+def pooled_test(a: dict[int, float], b: dict[int, float], noise: tuple[float, int]) -> tuple[float, float]:
+    """``(t, two-sided p)`` of the difference of the means of ``a`` and ``b`` (each over its own seeds) with the
+    pooled ``noise`` (:func:`pooled_noise`)."""
+    s, df = noise
+    if not a or not b or not df or not s > 0:
+        return math.nan, math.nan
+    t = (statistics.fmean(a.values()) - statistics.fmean(b.values())) / (s * math.sqrt(1 / len(a) + 1 / len(b)))
+    return t, float(2 * stats.t.sf(abs(t), df))
 
 
 def compare(a: dict[int, float], b: dict[int, float]) -> dict[str, object]:
@@ -83,10 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         raise SystemExit(f"paired: {e}") from None
     tables = ", ".join(f"`{t}`" for t in args.table)
+    noise = pooled_noise(errors)
     lines = [f"Seed-by-seed comparisons from {tables} (`python benchmarks/paired.py "
-             f"{' '.join(sys.argv[1:] if argv is None else argv)}`):", "",
-             "| A | B | seeds | A's errors | B's errors | mean A - B | sd | paired t | paired p | Welch p |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             f"{' '.join(sys.argv[1:] if argv is None else argv)}`); one run's noise pooled over the tables' "
+             f"policies: {noise[0]:.3f} points ({noise[1]} degrees of freedom):", "",
+             "| A | B | seeds | A's errors | B's errors | mean A - B | sd | paired t | paired p | Welch p | pooled p |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for a, b in _pairs(args.policies):
         missing = [name for name in (a, b) if name not in errors]
         if missing:
@@ -95,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {a} | {b} | {','.join(map(str, c['seeds']))} | {', '.join(f'{e:.2f}' for e in c['a'])} | "
                      f"{', '.join(f'{e:.2f}' for e in c['b'])} | {_fmt(c['mean_difference'])} | "
                      f"{_fmt(c.get('sd_difference'), '.2f')} | {_fmt(c.get('paired_t'), '+.2f')} | "
-                     f"{_fmt(c.get('paired_p'), '.3f')} | {_fmt(c.get('welch_p'), '.3f')} |")
+                     f"{_fmt(c.get('paired_p'), '.3f')} | {_fmt(c.get('welch_p'), '.3f')} | "
+                     f"{_fmt(pooled_test(errors[a], errors[b], noise)[1], '.3f')} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -57,3 +57,19 @@ def test_several_tables_join_their_seeds_per_policy(table: Path, tmp_path: Path)
     assert "| a | b | 0,1,2,3,4 | 19.40, 19.70, 19.60, 19.50, 19.80 |" in out.read_text()
     with pytest.raises(SystemExit, match="'a' seed 0 is in more than one table"):
         paired.main([f"{table},{table}", "a", "b"])
+
+
+def test_the_pooled_test_uses_every_policy_s_noise(table: Path):
+    errors = paired.load_errors(table)
+    s, df = paired.pooled_noise(errors)
+    # a: deviations -0.167, 0.133, 0.033; b: -0.1, -0.2, 0.3; c: 0.2, -0.2 (df 2 + 2 + 1).
+    squares = sum((v - sum(r) / len(r)) ** 2 for r in ([19.4, 19.7, 19.6], [20.0, 19.9, 20.4], [20.5, 20.1])
+                  for v in r)
+    assert df == 5 and s == pytest.approx(math.sqrt(squares / 5))
+    t, p = paired.pooled_test(errors["a"], errors["b"], (s, df))
+    assert t == pytest.approx((19.5667 - 20.1) / (s * math.sqrt(2 / 3)), rel=1e-3)
+    assert p == pytest.approx(2 * paired.stats.t.sf(abs(t), 5))
+    # Each policy's mean over its own seeds, unpaired (c lacks seed 0).
+    t_ac, _ = paired.pooled_test(errors["a"], errors["c"], (s, df))
+    assert t_ac == pytest.approx((19.5667 - 20.3) / (s * math.sqrt(1 / 3 + 1 / 2)), rel=1e-3)
+    assert math.isnan(paired.pooled_test(errors["a"], {}, (s, df))[1])
