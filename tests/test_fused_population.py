@@ -87,6 +87,12 @@ def test_a_fused_worker_trains_all_its_members_together(fake_data, tmp_path):
         worker.run_round(tasks)
 
 
+def test_fused_members_share_one_process_unless_told_otherwise():
+    fused = PopulationConfig(search=_plain_search(), population=8, population_fuse=True)
+    assert fused.procs == 1 and PopulationConfig(search=_plain_search(), population=8).procs == 8
+    assert PopulationConfig(search=_plain_search(), population=8, population_fuse=True, population_procs=2).procs == 2
+
+
 @pytest.mark.parametrize(("kw", "match"), [({"score_ema": 0.9}, "does not take score_ema"),
                                            ({"model": "resnet-18"}, "needs a WRN")])
 def test_fused_members_refuse_what_they_cannot_do(kw, match):

@@ -289,8 +289,8 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
                    "so that the walk returns to its start and the schedule stays near it where selection sees "
                    "nothing (default: uniform)")
     g.add_argument("--population-procs", type=nonneg_int, metavar="P",
-                   help="worker processes on the device, the members spread over them (default: one per member; "
-                   "0: every member in this process)")
+                   help="worker processes on the device, the members spread over them (default: one per member, "
+                   "or one with --population-fuse; 0: every member in this process)")
     g.add_argument("--population-lanes", type=positive_int, metavar="L",
                    help="members each process trains at the same time, in threads with a CUDA stream each (on a "
                    "GPU, with --cuda-graphs, their kernels share it, where processes take turns; default: 1, one "

@@ -101,8 +101,8 @@ class PopulationConfig:
         population: members, >= 2 (PBA: 16; default 8, what one H100 trains side by side).
         exploit_every: epochs per round (``None``: :func:`~hba_augment.search.pbt.default_exploit_every`,
             PBA's 3 per 200 epochs scaled to the search's epochs).
-        population_procs: worker processes (``None``: one per member; ``0``: every member in the calling
-            process). At most ``population``.
+        population_procs: worker processes (``None``: one per member, or one for them all with
+            ``population_fuse``; ``0``: every member in the calling process). At most ``population``.
         population_lanes: members a process trains at the same time, each in a lane of its own
             (:mod:`hba_augment._lanes`: a thread and, on CUDA, a stream; on a GPU, with ``cuda_graphs``,
             their kernels share it where processes take turns); 1: one after another.
@@ -151,8 +151,10 @@ class PopulationConfig:
 
     @property
     def procs(self) -> int:
-        """Worker processes, the default resolved (0: in the calling process)."""
-        return self.population if self.population_procs is None else self.population_procs
+        """Worker processes, the default resolved (0: in the calling process; fused members: one process)."""
+        if self.population_procs is None:
+            return 1 if self.population_fuse else self.population
+        return self.population_procs
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field."""
