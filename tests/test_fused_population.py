@@ -45,12 +45,14 @@ def _relative(a, b):
     return (num / sum(float(v.float().square().sum()) for v in b.values() if v.is_floating_point())) ** 0.5
 
 
-def test_fused_members_train_and_exploit_as_plain_ones(fake_data, tmp_path):
-    """Two rounds, the second with an exploit (member 2 takes member 0's weights and momentum): records and
-    saved states as a plain worker's, up to rounding (weights within 1e-3 of their norm; the same members in
-    another memory format differ by more, tests/test_fused.py)."""
+@pytest.mark.parametrize("score_ema", [None, 0.9])
+def test_fused_members_train_and_exploit_as_plain_ones(fake_data, tmp_path, score_ema):
+    """Two rounds, the second with an exploit (member 2 takes member 0's weights, momentum and, with
+    ``score_ema``, weights' average): records and saved states as a plain worker's, up to rounding (weights
+    within 1e-3 of their norm; the same members in another memory format differ by more, tests/test_fused.py)."""
     config = _plain_search()
-    plain, fused = Worker(config, *fake_data, [0, 1, 2]), FusedWorker(config, *fake_data, [0, 1, 2])
+    plain = Worker(config, *fake_data, [0, 1, 2], score_ema)
+    fused = FusedWorker(config, *fake_data, [0, 1, 2], score_ema)
     for round_, weights in enumerate((None, {2: "m0.pt"})):
         out = {name: tmp_path / f"{name}{round_}" for name in ("plain", "fused")}
         records = {}
@@ -69,6 +71,7 @@ def test_fused_members_train_and_exploit_as_plain_ones(fake_data, tmp_path):
             assert a.keys() == b.keys() and (a["step"], a["epoch"]) == (b["step"], b["epoch"])
             assert torch.equal(a["g_data"], b["g_data"])  # each member's own data order
             assert _relative(b["model"], a["model"]) < 1e-3
+            assert ("ema" in b) == (score_ema is not None) and ("ema" not in b or _relative(b["ema"], a["ema"]) < 1e-3)
             momenta = {j: s["momentum_buffer"] for j, s in a["optimizer"]["state"].items()}
             assert _relative({j: s["momentum_buffer"] for j, s in b["optimizer"]["state"].items()}, momenta) < 0.05
     # The exploit took effect: member 2 left round 1 from member 0's weights, not its own.
@@ -93,12 +96,10 @@ def test_fused_members_share_one_process_unless_told_otherwise():
     assert PopulationConfig(search=_plain_search(), population=8, population_fuse=True, population_procs=2).procs == 2
 
 
-@pytest.mark.parametrize(("kw", "match"), [({"score_ema": 0.9}, "does not take score_ema"),
+@pytest.mark.parametrize(("kw", "match"), [({"cuda_graphs": True}, "does not take cuda_graphs"),
                                            ({"model": "resnet-18"}, "needs a WRN")])
 def test_fused_members_refuse_what_they_cannot_do(kw, match):
-    search_kw = {k: v for k, v in kw.items() if k == "model"}
-    config = PopulationConfig(search=_plain_search(**search_kw), population=2, population_procs=0,
-                              population_fuse=True, **{k: v for k, v in kw.items() if k != "model"})
+    config = PopulationConfig(search=_plain_search(**kw), population=2, population_procs=0, population_fuse=True)
     with pytest.raises(ValueError, match=match):
         config.validate()
 

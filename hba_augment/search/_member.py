@@ -281,17 +281,14 @@ class FusedWorker(Worker):
     and state file, in :class:`Worker`'s format, so exploits and resumes read and write the same files. The
     members share one augmentation stream (seeded by the search's seed and the process's members): a
     member's draws, of its own policy's distribution, depend on which members share its process. Every
-    member of the process trains in every round, for the same epochs. WRN models; not with ``score_ema`` or
-    ``cuda_graphs``.
+    member of the process trains in every round, for the same epochs. With ``score_ema`` the average is of the
+    fused network (the same elementwise average, member by member). WRN models; not with ``cuda_graphs``.
     """
 
     def __init__(self, config: Any, train: Any, val: Any, members: list[int], score_ema: float | None = None,
                  lanes: int = 1) -> None:
         from hba_augment.models.fused import FusedWRN
 
-        if score_ema is not None:
-            raise ValueError("fused members (population_fuse) are scored on their weights, not an average "
-                             f"(score_ema {score_ema})")
         if config.cuda_graphs:
             raise ValueError("fused members (population_fuse) train eagerly, not with cuda_graphs")
         super().__init__(config, train, val, members, None, 1)
@@ -308,6 +305,8 @@ class FusedWorker(Worker):
             self.members[m].model = self.members[m].opt = None
         self.opt = torch.optim.SGD(self.fused.parameters(), lr=config.lr, momentum=config.momentum,
                                    nesterov=config.nesterov, weight_decay=config.wd)
+        self.score_ema = score_ema
+        self.ema = None if score_ema is None else _runner.WeightEMA(self.fused, score_ema)
         seed = int(np.random.SeedSequence([config.seed, *self.order, 3]).generate_state(2, np.uint64)[0] >> np.uint64(1))
         self.g_aug = torch.Generator(device=self.device).manual_seed(seed)
 
@@ -325,6 +324,8 @@ class FusedWorker(Worker):
             if task["weights"] is not None:
                 state = torch.load(task["weights"], map_location=dev, weights_only=True)
                 self.fused.load_member_state_dict(k, state["model"])
+                if self.ema is not None:
+                    self.ema.module.load_member_state_dict(k, state["ema"])
                 self.fused.load_member_optimizer_state(self.opt, k, state["optimizer"])
             if task["streams"] is not None:
                 state = torch.load(task["streams"], map_location="cpu", weights_only=True)
@@ -337,7 +338,8 @@ class FusedWorker(Worker):
             raise ValueError(f"fused members must be at the same step, got {sorted(steps)}")
         start = time.perf_counter()
         sums = self._train(next(iter(epochs)))
-        val_loss, val_err = _runner.evaluate_members(self.fused, len(self.order), self.val_x, self.val_y,
+        scored = self.fused if self.ema is None else self.ema.module
+        val_loss, val_err = _runner.evaluate_members(scored, len(self.order), self.val_x, self.val_y,
                                                      self.normalise, channels_last=self.channels_last,
                                                      amp=self.config.amp)
         loss, correct, n = (row.tolist() for row in sums.t())
@@ -345,8 +347,10 @@ class FusedWorker(Worker):
         records = []
         for task in tasks:
             member, k = self.members[task["member"]], self.slot[task["member"]]
+            ema = {} if self.ema is None else {"ema": self.ema.module.member_state_dict(k)}
             _runner.save_checkpoint({
                 "model": self.fused.member_state_dict(k),
+                **ema,
                 "optimizer": self.fused.member_optimizer_state(optimizer, k),
                 "g_data": member.g_data.get_state(),
                 "g_aug": self.g_aug.get_state(),
@@ -391,6 +395,8 @@ class FusedWorker(Worker):
                 self.opt.zero_grad(set_to_none=True)
                 (losses.sum() / size).backward()  # each member's gradient: its own mean loss's
                 self.opt.step()
+                if self.ema is not None:
+                    self.ema.update()
                 with torch.no_grad():
                     sums[:, 0] += losses.detach()
                     sums[:, 1] += (logits.argmax(2) == y).sum(1)
