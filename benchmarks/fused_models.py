@@ -21,7 +21,9 @@ uint8 images resident on the device (the trainer's own layout for a 4,000-image 
 - ``grouped`` (WRNs only): :class:`hba_augment.models.fused.FusedWRN`, the N networks as one network N
   times as wide whose layers never mix them (grouped convolutions, batch norm over N x C channels, a batched
   classifier; ``hba-augment train --seed 0,1,2 --fuse``), what ``vmap`` derives, written out: batch norm
-  stays one kernel, where ``vmap`` adds its affine part as two more passes.
+  stays one kernel, where ``vmap`` adds its affine part as two more passes;
+- ``grouped-graphs``: the same step replayed from one CUDA graph after warm-up (``train --fuse
+  --cuda-graphs``: the fused SGD kernel reading its rate from a device tensor; eager on the CPU).
 
 A step is the trainer's: the batched ``HBAPolicy`` call (cifar10's schedule at its last epoch; ``loop``:
 one call a network, ``vmap``: one call on all N x B images, each network's rows with its own policy
@@ -62,10 +64,11 @@ from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 
 from hba_augment import HBAPolicy, _runner, functional
+from hba_augment._graphs import CapturedCall
 from hba_augment.models import create_model
 from hba_augment.models.fused import FusedWRN
 
-MODES = ("loop", "vmap", "grouped")
+MODES = ("loop", "vmap", "grouped", "grouped-graphs")
 #: The trainer's SGD (``hba_augment.train.TrainConfig`` defaults of the cifar10 preset).
 SGD = {"lr": 0.05, "momentum": 0.9, "nesterov": True, "weight_decay": 5e-4, "foreach": True}
 #: CIFAR-10's channel statistics, the standardisation the trainer computes from its training set.
@@ -172,14 +175,15 @@ def loop_step(models: list[nn.Module], opts: list[torch.optim.Optimizer], pipe: 
 
 
 def fused_step(fused: nn.Module, opt: torch.optim.Optimizer, pipe: Pipeline, x: Tensor, y: Tensor, amp: bool,
-              channels_last: bool) -> Tensor:
+              channels_last: bool, captured: bool = False) -> Tensor:
     """One step of all networks at once (a :data:`FUSED` network); shapes as :func:`loop_step`. The logits
     ``(N, B, classes)``."""
     n, b = x.shape[:2]
     images = pipe(x.flatten(0, 1), members=n)
     if channels_last:
         images = images.contiguous(memory_format=torch.channels_last)
-    with torch.autocast(images.device.type, dtype=torch.bfloat16, enabled=amp):
+    # Captured: no autocast cache, which would replay casts of stale weights.
+    with torch.autocast(images.device.type, dtype=torch.bfloat16, enabled=amp, cache_enabled=not captured):
         logits = fused(images.view(n, b, *images.shape[1:]))
     opt.zero_grad(set_to_none=True)
     _loss(logits, y).backward()
@@ -233,6 +237,20 @@ def time_mode(mode: str, n: int, args: argparse.Namespace, device: torch.device)
 
         def step(x: Tensor, y: Tensor) -> Tensor:
             return loop_step(models, opts, pipe, x, y, args.amp, args.channels_last)
+    elif mode == "grouped-graphs":
+        # train --fuse --cuda-graphs: the whole step replayed from one graph, the fused SGD kernel reading its
+        # rate from a device tensor (on the CPU the same step runs eagerly).
+        fused = FusedWRN(models)
+        del models
+        lr = torch.tensor(SGD["lr"], device=device)
+        opt = torch.optim.SGD(fused.parameters(), **{**SGD, "lr": lr, "foreach": None, "fused": True})
+        example = (torch.empty(n, args.batch_size, 3, 32, 32, dtype=torch.uint8, device="meta"),
+                   torch.empty(n, args.batch_size, dtype=torch.int64, device="meta"))
+        captured = CapturedCall(lambda x, y: fused_step(fused, opt, pipe, x, y, args.amp, args.channels_last, True),
+                                device, [pipe.generator], example=example)
+
+        def step(x: Tensor, y: Tensor) -> Tensor:
+            return captured(x, y)
     else:
         fused = FUSED[mode](models)
         del models

@@ -3,15 +3,19 @@ of the stack computes, trains and is saved as it would be alone."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import mid_magnitudes
 
+from hba_augment.functional._table import NUM_OPS
 from hba_augment.models import create_model
 from hba_augment.models.fused import FusedWRN
+from hba_augment.schedule import Schedule
 from hba_augment.train.cli import main
 from hba_augment.train.fused import train_fused
 from hba_augment.train.trainer import TrainConfig, train_and_evaluate
@@ -152,6 +156,27 @@ def _config(cifar_dir, seed, **overrides):
     return TrainConfig.from_preset("cifar10", **values)
 
 
+def test_fused_runs_with_cuda_graphs_train_as_without(cifar_dir, tmp_path):
+    """On the CPU ``cuda_graphs`` runs the same static-policy step uncaptured, with the fused SGD kernel: the
+    runs end as without it, up to that kernel's rounding; the static policy follows the schedule (every op at
+    0.5 in epoch 0, none in epoch 1)."""
+    path = tmp_path / "two.json"
+    prob = np.stack([np.full((2, NUM_OPS), 0.5), np.zeros((2, NUM_OPS))])
+    Schedule(prob, np.stack([mid_magnitudes()] * 2), name="two").save(path)
+    configs = [_config(cifar_dir, s, policy=f"hba:{path}", epochs=2) for s in (0, 1)]
+    plain = train_fused(configs, [tmp_path / "a0", tmp_path / "a1"], log=lambda m: None)
+    graphs = train_fused([dataclasses.replace(c, cuda_graphs=True) for c in configs],
+                         [tmp_path / "g0", tmp_path / "g1"], log=lambda m: None)
+    for a, b in zip(plain, graphs, strict=True):
+        for x, y in zip(a.history, b.history, strict=True):
+            assert y["train_loss"] == pytest.approx(x["train_loss"], rel=1e-4)
+            assert y["train_acc"] == x["train_acc"]
+        assert b.summary["config"]["cuda_graphs"] is True
+    a0 = torch.load(tmp_path / "a0" / "checkpoint.pt", weights_only=True)["model"]
+    g0 = torch.load(tmp_path / "g0" / "checkpoint.pt", weights_only=True)["model"]
+    assert all(torch.allclose(a0[k].float(), g0[k].float(), atol=1e-4) for k in a0)
+
+
 @pytest.mark.parametrize(("overrides", "message"), [
     ({"model": "resnet-18"}, "train WRNs"),
     ({"policy": "trivialaugment"}, "per-image 'trivialaugment'"),
@@ -184,12 +209,15 @@ def test_fused_runs_resume_only_together(cifar_dir, tmp_path):
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_on_cuda_fused_runs_train_as_each_alone(cifar_dir, tmp_path):
-    """bfloat16, channels-last, cuDNN's grouped convolutions: fused runs of policy none end near each seed
-    alone (CUDA is not bit-exact; a wrong slice or order differs by far more)."""
-    configs = [_config(cifar_dir, s, device="cuda", epochs=2, train_size=256, batch_size=32, amp=True) for s in (0, 1)]
+@pytest.mark.parametrize("cuda_graphs", [False, True])
+def test_on_cuda_fused_runs_train_as_each_alone(cifar_dir, tmp_path, cuda_graphs):
+    """bfloat16, channels-last, cuDNN's grouped convolutions, eager and captured: fused runs of policy none end
+    near each seed alone (CUDA is not bit-exact; a wrong slice or order differs by far more)."""
+    configs = [_config(cifar_dir, s, device="cuda", epochs=2, train_size=256, batch_size=32, amp=True,
+                       cuda_graphs=cuda_graphs) for s in (0, 1)]
     fused = train_fused(configs, [tmp_path / "f0", tmp_path / "f1"], log=lambda m: None)
     for config, result in zip(configs, fused, strict=True):
-        alone = train_and_evaluate(config, tmp_path / f"alone{config.seed}", progress=False, log=lambda m: None)
+        alone = train_and_evaluate(dataclasses.replace(config, cuda_graphs=False), tmp_path / f"alone{config.seed}",
+                                   progress=False, log=lambda m: None)
         for a, b in zip(result.history, alone.history, strict=True):
             assert a["train_loss"] == pytest.approx(b["train_loss"], rel=0.05)

@@ -131,8 +131,8 @@ def test_layouts_with_more_lanes_than_a_policy_has_seeds_are_not_chosen(tmp_path
 
 
 def test_a_fused_layout_is_chosen_with_its_flag(tmp_path: Path, capsys):
-    """A probe of fused processes (train_speed.py --fuse, mode eager) prints --fuse for the campaign, which
-    takes it."""
+    """A probe of fused processes (train_speed.py --fuse, here mode eager) prints --fuse for the campaign,
+    which takes it."""
     base = _report(tmp_path / "base.json", 8, 1, 1.34)
     fused = _report(tmp_path / "fused.json", 2, 8, 1.0)
     report = json.loads(fused.read_text())

@@ -76,13 +76,14 @@ def test_fuse_trains_each_process_s_seeds_as_one_network(cifar_dir: Path, tmp_pa
     out = tmp_path / "fused"
     code = train_speed.main([
         "--dataset", "cifar10", "--data-dir", str(cifar_dir), "--model", "wrn-10-1", "--train-size", "64",
-        "--epochs", "eager=1", "--procs", "1", "--lanes", "2", "--fuse", "--device", "cpu", "--threads", "1",
+        "--epochs", "eager=1,graphs=1", "--procs", "1", "--lanes", "2", "--fuse", "--device", "cpu", "--threads", "1",
         "--extra", "--test-size 32 --batch-size 32", "--out", str(out),
     ])
     assert code == 0
     report = json.loads(out.with_suffix(".json").read_text())
-    assert report["fuse"] is True and [r["run"] for r in report["rows"]] == ["eager-0-lane0", "eager-0-lane1"]
+    assert report["fuse"] is True
+    assert [r["run"] for r in report["rows"]] == ["eager-0-lane0", "eager-0-lane1", "graphs-0-lane0", "graphs-0-lane1"]
     assert all(r["test_error"] is not None for r in report["rows"])
     assert "1 x 2 fused trainings" in out.with_suffix(".md").read_text()
-    with pytest.raises(SystemExit, match="eager=N"):
-        train_speed.main(["--data-dir", "x", "--lanes", "2", "--fuse", "--epochs", "graphs=1"])
+    with pytest.raises(SystemExit, match="compile"):
+        train_speed.main(["--data-dir", "x", "--lanes", "2", "--fuse", "--epochs", "compile=1"])

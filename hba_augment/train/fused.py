@@ -17,8 +17,10 @@ order of floating-point sums (``tests/test_fused.py``).
 
 Limits, refused at the door: WRN models (:class:`~hba_augment.models.fused.FusedWRN`), policies applied to
 whole batches on the device (``none``, ``baseline``, ``cutout``, ``hba:``; not the per-image torchvision
-ones), one process, no ``compile`` or ``cuda_graphs``; the runs' settings equal but for the seed. They all
-resume together, from checkpoints of the same epoch.
+ones), one process, no ``compile``; the runs' settings equal but for the seed. They all resume together,
+from checkpoints of the same epoch. With ``cuda_graphs`` the whole fused step of a full batch is replayed
+from one CUDA graph (as a plain run's: the epoch's policy in static tensors, a fused SGD step reading its
+rate from a device tensor; elsewhere the same step runs eagerly).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from hba_augment import _cli_common, _distributed, _lanes, _runner
+from hba_augment._graphs import CapturedCall
 from hba_augment.models import create_model
 from hba_augment.models.fused import FusedWRN, fuses
 from hba_augment.train import trainer as T
@@ -70,7 +73,7 @@ def train_fused(
 
     Raises:
         ValueError: settings that differ but for the seed, repeated seeds or folders, a model that is not a
-            WRN, a per-image policy, ``compile``, ``cuda_graphs``, a process group (torchrun), checkpoints of
+            WRN, a per-image policy, ``compile``, a process group (torchrun), checkpoints of
             different epochs or of only some runs, or a folder refused as :func:`~.trainer.train_and_evaluate`
             refuses one.
         TrainingDivergedError: a run's training loss became NaN or infinite (every run stops).
@@ -146,9 +149,8 @@ def _check(configs: Sequence[T.TrainConfig], out_dirs: Sequence[str | os.PathLik
     reason = fusable(cfg.model, cfg.policy)
     if reason is not None:
         raise ValueError(reason)
-    for name in ("compile", "cuda_graphs"):
-        if getattr(cfg, name):
-            raise ValueError(f"fused runs do not take {_cli_common.option(name, True)}")
+    if cfg.compile:
+        raise ValueError(f"fused runs do not take {_cli_common.option('compile', True)}")
     if _distributed.launched():
         raise ValueError("fused runs train in one process, not under torchrun")
 
@@ -214,15 +216,34 @@ class _FusedTrainer(T._Trainer):
             idx = index[:, step * b : (step + 1) * b]
             yield self.train_x[idx], self.train_labels[idx], idx.shape[1]
 
-    def _train_step(self, x: Tensor, y: Tensor, global_size: int, lr: float | None) -> tuple[Tensor, Tensor]:
-        """One SGD step of the K networks on uint8 images ``x`` ``(K, B, C, H, W)``; each network's summed loss
-        and correct count, ``(K,)`` each."""
+    def _build_graph_step(self) -> None:
+        """``cuda_graphs``: the fused optimiser reading its rate from a device tensor, the epoch's policy in
+        static tensors, every run's sums on the device, and the whole fused step of a full batch (the K
+        batches) captured as one :class:`~hba_augment._graphs.CapturedCall` (its short last batch eager)."""
+        cfg, dev = self.config, self.device
+        self.opt, self.lr_tensor = _runner.graph_optimizer(self.model, cfg, dev)
+        k, b = len(self.configs), cfg.batch_size
+        self.sums = torch.zeros(k, 3, dtype=torch.float64, device=dev)  # per run: loss, correct, images
+        if self.hba is not None:
+            self.static_prob, self.static_mag = (t.clone() for t in self.hba.policy_at(dev))
+        example = (torch.empty(k, b, *self.train_x.shape[1:], dtype=torch.uint8, device="meta"),
+                   torch.empty(k, b, dtype=torch.int64, device="meta"))
+        self.captured = CapturedCall(self._graph_step, dev, [self.g_aug], example=example)
+
+    def _train_step(self, x: Tensor, y: Tensor, global_size: int, lr: float | None,
+                    static: bool = False) -> tuple[Tensor, Tensor]:
+        """One SGD step of the K networks on uint8 images ``x`` ``(K, B, C, H, W)`` at rate ``lr`` (``None``:
+        the optimiser's own, ``cuda_graphs``' device tensor); each network's summed loss and correct count,
+        ``(K,)`` each. ``static``: the policy from ``cuda_graphs``' static tensors."""
         k, b = y.shape
-        x = self._augment(x.flatten(0, 1))
+        x = self._augment(x.flatten(0, 1), static=static)
         x = x.view(k, b, *x.shape[1:])
-        for group in self.opt.param_groups:
-            group["lr"] = lr
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.amp):
+        if lr is not None:
+            for group in self.opt.param_groups:
+                group["lr"] = lr
+        # Captured: no autocast cache, which would replay casts of stale weights.
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.amp,
+                            cache_enabled=self.captured is None):
             logits = self.net(x)
         losses = F.cross_entropy(logits.float().transpose(1, 2), y, reduction="none").sum(1)  # (K,)
         self.opt.zero_grad(set_to_none=True)
@@ -232,16 +253,34 @@ class _FusedTrainer(T._Trainer):
         with torch.no_grad():
             return losses.detach(), (logits.argmax(2) == y).sum(1)
 
-    def run_epoch(self) -> list[dict[str, Any]]:  # type: ignore[override]
-        """One epoch of every run; one record per run (the epoch's time is the group's)."""
+    def _graph_step(self, x: Tensor, y: Tensor) -> None:
+        """``cuda_graphs``' step: :meth:`_train_step` from the static policy, its sums added to ``self.sums``."""
+        losses, correct = self._train_step(x, y, y.shape[1], None, static=True)
+        with torch.no_grad():
+            self.sums[:, 0] += losses
+            self.sums[:, 1] += correct
+            self.sums[:, 2] += y.shape[1]
+
+    def _epoch_sums(self) -> tuple[Tensor, Tensor, int, float]:
+        """Train one epoch of every run: each run's summed loss and correct count ``(K,)`` on the device, the
+        images each run saw, and the last learning rate."""
         cfg, dev = self.config, self.device
-        start = time.perf_counter()
-        if self.hba is not None:
-            self.hba.set_epoch(self.epoch)
-        k = len(self.runs)
-        loss_sum = torch.zeros(k, dtype=torch.float64, device=dev)
-        correct = torch.zeros(k, dtype=torch.int64, device=dev)
-        seen, lr = 0, cfg.lr
+        lr = cfg.lr
+        if self.captured is not None:
+            if self.hba is not None:  # the graph reads these tensors: overwrite them
+                prob, mag = self.hba.policy_at(dev)
+                self.static_prob.copy_(prob)
+                self.static_mag.copy_(mag)
+            self.sums.zero_()
+            for x, y, _ in self._epoch_batches():
+                lr = _runner.lr_at(cfg, self.step, self.steps_per_epoch)
+                self.lr_tensor.fill_(lr)
+                self.captured(x, y)
+                self.step += 1
+            return self.sums[:, 0], self.sums[:, 1], int(self.sums[0, 2]), lr
+        loss_sum = torch.zeros(len(self.runs), dtype=torch.float64, device=dev)
+        correct = torch.zeros(len(self.runs), dtype=torch.int64, device=dev)
+        seen = 0
         for x, y, size in self._epoch_batches():
             lr = _runner.lr_at(cfg, self.step, self.steps_per_epoch)
             batch_loss, batch_correct = self._train_step(x, y, size, lr)
@@ -251,6 +290,15 @@ class _FusedTrainer(T._Trainer):
             seen += size
             if (dev.type == "cpu" or self.step % 50 == 0) and not bool(torch.isfinite(loss_sum).all()):
                 raise self._diverged(float(loss_sum.max()), lr)
+        return loss_sum, correct, seen, lr
+
+    def run_epoch(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        """One epoch of every run; one record per run (the epoch's time is the group's)."""
+        cfg = self.config
+        start = time.perf_counter()
+        if self.hba is not None:
+            self.hba.set_epoch(self.epoch)
+        loss_sum, correct, seen, lr = self._epoch_sums()
         train_seconds = time.perf_counter() - start
         losses, corrects = (loss_sum / seen).tolist(), correct.tolist()
         for loss in losses:
