@@ -10,7 +10,7 @@ order (its own data generator), its weights, gradients, batch-norm statistics an
 checkpoint and ``result.json`` in its own folder, in the formats of :func:`~.trainer.train_and_evaluate`
 (a fused run's checkpoint is a plain run's, and its ``result.json`` names the seeds it trained with,
 ``config.fused_seeds``). What the K runs share: one augmentation call per step on all K batches, from one
-generator (seeded by the first run's seed and the group), so a fused run's augmentation draws, though of
+generator (seeded by the group's seeds), so a fused run's augmentation draws, though of
 the same distribution, are not those of the same seed trained alone; and one learning rate, the same for
 all by construction. With no random augmentation (policy ``none``) a fused run is its run alone, up to the
 order of floating-point sums (``tests/test_fused.py``).
@@ -164,7 +164,7 @@ class _Run:
         self.records: list[dict[str, Any]] = []
         self.wall_seconds = 0.0
         self.sessions = 1
-        self.g_data = torch.Generator().manual_seed(config.seed * 4 + 1)  # the data order of the run alone
+        self.g_data = T.data_order(config.seed)  # the data order of the run alone
 
     def __getattr__(self, name: str) -> Any:  # the shared parts: data, device, counters, description
         return getattr(self.group, name)

@@ -508,6 +508,12 @@ def _torchvision_policy(kind: str, preset: str) -> Callable[[Tensor], Tensor]:
 
 
 # ----------------------------------------------------------------------------------------------- train
+def data_order(seed: int) -> torch.Generator:
+    """The CPU generator of a run's data order (one permutation of the training images per epoch), seeded
+    from the run's ``seed`` (the other streams: :meth:`_Trainer._build_streams`)."""
+    return torch.Generator().manual_seed(seed * 4 + 1)
+
+
 class _Trainer(_runner.WorkerBase):
     """State and steps of one training run (one object, so that checkpointing is one place).
 
@@ -582,7 +588,7 @@ class _Trainer(_runner.WorkerBase):
         cfg, rank = self.config, self.dist.rank
         with _lanes.GLOBAL_RNG_LOCK:  # not while another lane draws from it
             torch.manual_seed(_distributed.rank_seed(cfg.seed * 4 + 2, rank))  # dropout, Shake-Shake, ShakeDrop
-        self.g_data = torch.Generator().manual_seed(cfg.seed * 4 + 1)
+        self.g_data = data_order(cfg.seed)
         self.g_aug = torch.Generator(device=self.device).manual_seed(_distributed.rank_seed(cfg.seed * 4 + 3, rank))
         self.hba = _load_hba(self.policy_arg, cfg.epochs, cfg.compile) if self.kind == "hba" else None
 
