@@ -237,14 +237,7 @@ class _FusedTrainer(T._Trainer):
         ``(K,)`` each. ``static``: the policy from ``cuda_graphs``' static tensors."""
         k, b = y.shape
         x = self._augment(x.flatten(0, 1), static=static)
-        x = x.view(k, b, *x.shape[1:])
-        if lr is not None:
-            for group in self.opt.param_groups:
-                group["lr"] = lr
-        # Captured: no autocast cache, which would replay casts of stale weights.
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.amp,
-                            cache_enabled=self.captured is None):
-            logits = self.net(x)
+        logits = self._forward(x.view(k, b, *x.shape[1:]), lr)
         losses = F.cross_entropy(logits.float().transpose(1, 2), y, reduction="none").sum(1)  # (K,)
         self.opt.zero_grad(set_to_none=True)
         # The sum of the networks' mean losses: each network's gradient is that of its own mean loss.

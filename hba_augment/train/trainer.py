@@ -681,16 +681,21 @@ class _Trainer(_runner.WorkerBase):
         return x
 
     # -- epoch ------------------------------------------------------------------------------------
-    def _train_step(self, x: Tensor, y: Tensor, global_size: int, lr: float | None) -> tuple[Tensor, Tensor]:
-        """One SGD step on this rank's shard at rate ``lr`` (``None``: the optimiser's own, the device tensor of
-        ``cuda_graphs``); returns the shard's summed loss and correct count."""
+    def _forward(self, x: Tensor, lr: float | None) -> Tensor:
+        """The training forward pass of a step at rate ``lr`` (``None``: the optimiser's own, the device tensor
+        of ``cuda_graphs``), set here: the logits."""
         if lr is not None:
             for group in self.opt.param_groups:
                 group["lr"] = lr
         # With cuda_graphs no autocast cache: a captured step would replay casts of stale weights.
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.amp,
                             cache_enabled=self.captured is None):
-            logits = self.net(x)
+            return self.net(x)
+
+    def _train_step(self, x: Tensor, y: Tensor, global_size: int, lr: float | None) -> tuple[Tensor, Tensor]:
+        """One SGD step on this rank's shard at rate ``lr`` (:meth:`_forward`); returns the shard's summed loss
+        and correct count."""
+        logits = self._forward(x, lr)
         if self.dist.distributed:
             # DDP averages the ranks' gradients; scaling each shard's summed loss by world / global size
             # makes that average the gradient of the global batch's mean loss, shards of unequal size included.
