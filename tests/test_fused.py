@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -122,7 +123,7 @@ def test_fused_runs_without_random_augmentation_train_as_each_alone(cifar_dir, t
 
 def test_fused_runs_resume_together_as_if_uninterrupted(cifar_dir, schedule_path, tmp_path):
     """An hba: policy (the shared augmentation stream): two epochs straight equal two interrupted after the
-    first and resumed, bit for bit on the CPU; and a plain run continues a fused run's checkpoint."""
+    first and resumed, bit for bit on the CPU; only the same group resumes its checkpoints."""
     configs = [_config(cifar_dir, s, policy=f"hba:{schedule_path}", epochs=2) for s in (0, 1)]
     once = train_fused(configs, [tmp_path / "once-0", tmp_path / "once-1"])
 
@@ -141,13 +142,22 @@ def test_fused_runs_resume_together_as_if_uninterrupted(cifar_dir, schedule_path
         assert [[h.get(k) for k in keys] for h in a.history] == [[h.get(k) for k in keys] for h in b.history]
         assert b.summary["sessions"] == 2
     assert once[0].history[-1]["train_loss"] != once[1].history[-1]["train_loss"]
-    # A plain run continues a fused run's checkpoint (its format is a plain run's).
+    # The runs share their augmentation stream: a run of the group resumes neither alone nor in another group,
+    # and a run alone's checkpoint does not resume fused.
     with pytest.raises(Stop):
-        train_fused(configs, [tmp_path / "plain-0", tmp_path / "plain-1"], on_epoch_end=stop)
-    plain = train_and_evaluate(configs[0], tmp_path / "plain-0", resume=True)
-    assert [h["epoch"] for h in plain.history] == [1, 2] and plain.summary["sessions"] == 2
-    assert [plain.history[0].get(k) for k in keys] == [once[0].history[0].get(k) for k in keys]
-    assert plain.summary["config"]["fused_seeds"] is None  # its last epoch trained alone
+        train_fused(configs, [tmp_path / "cut-0", tmp_path / "cut-1"], on_epoch_end=stop)
+    with pytest.raises(ValueError, match=r"alone: fused runs of the seeds \[0, 1\] wrote it"):
+        train_and_evaluate(configs[0], tmp_path / "cut-0", resume=True)
+    other = [configs[0], _config(cifar_dir, 2, policy=f"hba:{schedule_path}", epochs=2)]
+    shutil.copytree(tmp_path / "cut-1", tmp_path / "cut-2")
+    with pytest.raises(ValueError, match=r"with the fused seeds \[0, 2\]: fused runs of the seeds \[0, 1\]"):
+        train_fused(other, [tmp_path / "cut-0", tmp_path / "cut-2"], resume=True)
+    with pytest.raises(Stop):
+        train_and_evaluate(configs[0], tmp_path / "alone-0", on_epoch_end=stop)
+    with pytest.raises(Stop):
+        train_and_evaluate(configs[1], tmp_path / "alone-1", on_epoch_end=stop)
+    with pytest.raises(ValueError, match="a run alone wrote it"):
+        train_fused(configs, [tmp_path / "alone-0", tmp_path / "alone-1"], resume=True)
 
 
 def _config(cifar_dir, seed, **overrides):

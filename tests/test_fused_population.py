@@ -119,6 +119,12 @@ def test_a_fused_population_search_runs_and_resumes_bit_for_bit(fake_data, tmp_p
                                     log=lambda m: None)
     np.testing.assert_array_equal(resumed.schedule.prob, whole.schedule.prob)
     assert _without_times(resumed.metrics) == _without_times(whole.metrics)
+    # Its members share a stream that each state file holds: it resumes fused only.
+    with pytest.raises(KeyboardInterrupt):
+        run_population_search(config, tmp_path / "cut2", data=fake_data, plot=False, log=stop_after_round_2)
+    with pytest.raises(ValueError, match="population_fuse"):
+        run_population_search(_config(), tmp_path / "cut2", resume=True, data=fake_data, plot=False,
+                              log=lambda m: None)
 
 
 def test_the_command_line_fuses_the_members(tmp_path):

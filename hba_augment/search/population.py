@@ -84,9 +84,12 @@ _CHECKPOINT_FORMAT = "hba-population-checkpoint"
 _CHECKPOINT_VERSION = 1
 # May differ between the session that wrote a checkpoint and the one that resumes it.
 _RESUME_FREE = frozenset({"data_dir", "name", "device", "compile", "population_procs", "population_lanes",
-                          "population_fuse", "cuda_graphs"})
-# Fields added after checkpoints were first written, with the value such a checkpoint ran with.
-_ADDED_FIELDS = {"member_start": "explored", "score_ema": None, "amount": "free", "resample": "uniform"}
+                          "cuda_graphs"})
+# Fields added after checkpoints were first written, with the value such a checkpoint ran with. (population_fuse
+# is not resume-free: a fused process's members share one augmentation stream, which each member's state file
+# holds, so members resumed apart would draw alike.)
+_ADDED_FIELDS = {"member_start": "explored", "score_ema": None, "amount": "free", "resample": "uniform",
+                 "population_fuse": False}
 
 
 @dataclass

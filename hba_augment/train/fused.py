@@ -8,8 +8,8 @@ sharing it (``benchmarks/fused_models.py`` measures the gain).
 What each run keeps as its own, as if it trained alone: its initial weights (built from its seed), its data
 order (its own data generator), its weights, gradients, batch-norm statistics and SGD update, its records,
 checkpoint and ``result.json`` in its own folder, in the formats of :func:`~.trainer.train_and_evaluate`
-(a fused run's checkpoint is a plain run's, and its ``result.json`` names the seeds it trained with,
-``config.fused_seeds``). What the K runs share: one augmentation call per step on all K batches, from one
+(its checkpoint and ``result.json`` name the seeds it trained with, ``fused_seeds``: it resumes only with
+them, since they share its augmentation stream). What the K runs share: one augmentation call per step on all K batches, from one
 generator (seeded by the group's seeds), so a fused run's augmentation draws, though of
 the same distribution, are not those of the same seed trained alone; and one learning rate, the same for
 all by construction. With no random augmentation (policy ``none``) a fused run is its run alone, up to the
@@ -317,7 +317,7 @@ class _FusedTrainer(T._Trainer):
         return _runner.evaluate_members(self.model, len(self.runs), self.test_x, self.test_y, self.normalise,
                                         batch_size=cfg.eval_batch_size, channels_last=cfg.channels_last, amp=cfg.amp)
 
-    # -- checkpoints: each run's, in a plain run's format ------------------------------------------
+    # -- checkpoints: each run's, in a plain run's format with the group's seeds ----------------------
     def state_dict(self, index: int = 0) -> dict[str, Any]:  # type: ignore[override]
         """Run ``index``'s checkpoint: its network, its part of the optimiser's state, its records and streams."""
         run = self.runs[index]
@@ -327,6 +327,7 @@ class _FusedTrainer(T._Trainer):
             optimizer=self.model.member_optimizer_state(_runner.optimizer_state(self.opt), index),
             history=[dict(r) for r in run.records],
             rng=_runner.rng_state(self.device, {"data": run.g_data, "augment": self.g_aug}),
+            fused_seeds=[c.seed for c in self.configs],  # the augmentation stream is the group's
         )
 
     def resume(self, paths: Sequence[Path], logs: Sequence[Callable[[str], None]]) -> None:
@@ -338,14 +339,19 @@ class _FusedTrainer(T._Trainer):
             return
         if not all(present):
             missing = [str(p.parent) for p, there in zip(paths, present, strict=True) if not there]
-            raise ValueError(f"fused runs resume together, but {missing} hold no checkpoint; resume them alone or "
-                             "remove the others' checkpoints")
+            raise ValueError(f"fused runs resume together, but {missing} hold no checkpoint: remove the others' "
+                             "checkpoints to start the group afresh")
         states = [torch.load(p, map_location="cpu", weights_only=True) for p in paths]
         epochs = sorted({int(s["epoch"]) for s in states})
         if len(epochs) != 1:
             raise ValueError(f"fused runs resume together from checkpoints of one epoch, got epochs {epochs} in "
                              f"{[str(p) for p in paths]}")
+        seeds = [c.seed for c in self.configs]
         for run, state, path, run_log in zip(self.runs, states, paths, logs, strict=True):
+            if state.get("fused_seeds") != seeds:
+                wrote = ("a run alone" if state.get("fused_seeds") is None
+                         else f"fused runs of the seeds {state['fused_seeds']}")
+                raise ValueError(f"cannot resume from {path} with the fused seeds {seeds}: {wrote} wrote it")
             _runner.check_checkpoint(
                 state, path, format=T._CHECKPOINT_FORMAT, version=T._CHECKPOINT_VERSION, kind="hba-augment train",
                 config=run.config.to_dict(), resume_free=T._RESUME_FREE, data_fingerprint=self.fingerprint,

@@ -825,6 +825,12 @@ class _Trainer(_runner.WorkerBase):
         return {"data": self.g_data, "augment": self.g_aug}
 
     def load_state_dict(self, state: dict[str, Any], path: Path) -> None:
+        fused = state.get("fused_seeds")
+        if fused is not None:
+            # Its augmentation stream is the group's: runs of the group resumed alone would draw alike.
+            raise ValueError(f"cannot resume from {path} alone: fused runs of the seeds {fused} wrote it, and they "
+                             f"resume together ({_cli_common.option('seed', ','.join(map(str, fused)))} "
+                             "with --fuse)")
         _runner.check_checkpoint(
             state, path, format=_CHECKPOINT_FORMAT, version=_CHECKPOINT_VERSION, kind="hba-augment train",
             config=self.config.to_dict(), resume_free=_RESUME_FREE, data_fingerprint=self.fingerprint,
