@@ -352,12 +352,7 @@ class _FusedTrainer(T._Trainer):
                 wrote = ("a run alone" if state.get("fused_seeds") is None
                          else f"fused runs of the seeds {state['fused_seeds']}")
                 raise ValueError(f"cannot resume from {path} with the fused seeds {seeds}: {wrote} wrote it")
-            _runner.check_checkpoint(
-                state, path, format=T._CHECKPOINT_FORMAT, version=T._CHECKPOINT_VERSION, kind="hba-augment train",
-                config=run.config.to_dict(), resume_free=T._RESUME_FREE, data_fingerprint=self.fingerprint,
-                settings="the settings", data_mismatch="the training/test images differ from the checkpoint's",
-                added_fields=T._ADDED_FIELDS,
-            )
+            self._check_checkpoint(state, path, run.config)
             self.model.load_member_state_dict(run.index, state["model"])
             self.model.load_member_optimizer_state(self.opt, run.index, state["optimizer"])
             run.g_data.set_state(state["rng"]["data"])

@@ -831,17 +831,21 @@ class _Trainer(_runner.WorkerBase):
             raise ValueError(f"cannot resume from {path} alone: fused runs of the seeds {fused} wrote it, and they "
                              f"resume together ({_cli_common.option('seed', ','.join(map(str, fused)))} "
                              "with --fuse)")
-        _runner.check_checkpoint(
-            state, path, format=_CHECKPOINT_FORMAT, version=_CHECKPOINT_VERSION, kind="hba-augment train",
-            config=self.config.to_dict(), resume_free=_RESUME_FREE, data_fingerprint=self.fingerprint,
-            settings="the settings", data_mismatch="the training/test images differ from the checkpoint's",
-            added_fields=_ADDED_FIELDS,
-        )
+        self._check_checkpoint(state, path, self.config)
         self.model.load_state_dict(state["model"])
         _runner.load_optimizer_state(self.opt, state["optimizer"], self.lr_tensor, self.captured)
         _runner.restore_rank_rng(state, path, "a run", self.device, self._generators(), self.dist)
         _runner.restore_counters(self, state)
         self.records = list(state["history"])
+
+    def _check_checkpoint(self, state: dict[str, Any], path: Path, config: TrainConfig) -> None:
+        """``ValueError`` unless ``state`` (read from ``path``) is a checkpoint of a run of ``config`` on this data."""
+        _runner.check_checkpoint(
+            state, path, format=_CHECKPOINT_FORMAT, version=_CHECKPOINT_VERSION, kind="hba-augment train",
+            config=config.to_dict(), resume_free=_RESUME_FREE, data_fingerprint=self.fingerprint,
+            settings="the settings", data_mismatch="the training/test images differ from the checkpoint's",
+            added_fields=_ADDED_FIELDS,
+        )
 
     def set_tick(self, tick: _runner.Tick | None) -> None:
         """Call ``tick`` after every training step (the run driver's progress bar); ``None``: nothing."""
