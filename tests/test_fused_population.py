@@ -97,9 +97,12 @@ def test_fused_members_share_one_process_unless_told_otherwise():
 
 
 @pytest.mark.parametrize(("kw", "match"), [({"cuda_graphs": True}, "does not take cuda_graphs"),
-                                           ({"model": "resnet-18"}, "needs a WRN")])
+                                           ({"model": "resnet-18"}, "needs a WRN"),
+                                           ({"population_lanes": 2}, "does not take population_lanes")])
 def test_fused_members_refuse_what_they_cannot_do(kw, match):
-    config = PopulationConfig(search=_plain_search(**kw), population=2, population_procs=0, population_fuse=True)
+    search = _plain_search(**{k: v for k, v in kw.items() if k != "population_lanes"})
+    config = PopulationConfig(search=search, population=2, population_procs=0, population_fuse=True,
+                              **{k: v for k, v in kw.items() if k == "population_lanes"})
     with pytest.raises(ValueError, match=match):
         config.validate()
 

@@ -56,6 +56,12 @@ def member_seed(seed: int, member: int, stream: int) -> int:
     return int(np.random.SeedSequence([seed, member, stream]).generate_state(2, np.uint64)[0] >> np.uint64(1))
 
 
+def _sgd(model: torch.nn.Module, config: Any) -> torch.optim.SGD:
+    """A member's optimiser: the search's SGD (rate, momentum, Nesterov, weight decay) over ``model``."""
+    return torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum, nesterov=config.nesterov,
+                           weight_decay=config.wd)
+
+
 class _Member:
     """One network, its SGD and its random streams, trained with one policy at a time."""
 
@@ -81,8 +87,7 @@ class _Member:
         self.captured: _runner.CapturedStep | None = None
         self.lr_tensor: Tensor | None = None  # cuda_graphs: the rate the captured optimiser step reads
         if not worker.cuda_graphs:
-            self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
-                                       nesterov=cfg.nesterov, weight_decay=cfg.wd)
+            self.opt = _sgd(self.model, cfg)
             return
         self.opt, self.lr_tensor = _runner.graph_optimizer(self.model, cfg, dev)
         self.prob = torch.zeros((NUM_COPIES, NUM_OPS), dtype=torch.float32, device=dev)
@@ -303,8 +308,7 @@ class FusedWorker(Worker):
         self.fused.train()
         for m in self.order:  # the members' own networks and optimisers are the fused one's slices now
             self.members[m].model = self.members[m].opt = None
-        self.opt = torch.optim.SGD(self.fused.parameters(), lr=config.lr, momentum=config.momentum,
-                                   nesterov=config.nesterov, weight_decay=config.wd)
+        self.opt = _sgd(self.fused, config)
         self.score_ema = score_ema
         self.ema = None if score_ema is None else _runner.WeightEMA(self.fused, score_ema)
         seed = int(np.random.SeedSequence([config.seed, *self.order, 3]).generate_state(2, np.uint64)[0] >> np.uint64(1))

@@ -297,7 +297,7 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
                    "after another)")
     g.add_argument("--population-fuse", action="store_true", default=None,
                    help="each process trains its members as one fused network, one step of all at once (WRNs; not "
-                   "with --cuda-graphs; a member's augmentation draws then depend on which members "
+                   "with --cuda-graphs or --population-lanes; a member's augmentation draws then depend on which members "
                    "share its process; default: off)")
     g = p.add_argument_group("output")
     g.add_argument("--out", required=True, help="output folder (schedule.json, metrics.jsonl, schedule.png, "

@@ -110,7 +110,7 @@ class PopulationConfig:
             (:mod:`hba_augment._lanes`: a thread and, on CUDA, a stream; on a GPU, with ``cuda_graphs``,
             their kernels share it where processes take turns); 1: one after another.
         population_fuse: each process trains its members as one fused network
-            (:class:`~hba_augment.search._member.FusedWorker`: WRNs, not with ``cuda_graphs``);
+            (:class:`~hba_augment.search._member.FusedWorker`: WRNs, not with ``cuda_graphs`` or lanes);
             a member's augmentation draws then depend on which members share its process.
         resample_prob, max_shift, quantile: PBA's explore and exploit settings (:mod:`~hba_augment.search.pbt`).
         member_start: how round 0's members start, one of :data:`~hba_augment.search.pbt.MEMBER_STARTS`
@@ -177,9 +177,12 @@ class PopulationConfig:
             if not fuses(self.search.model):
                 raise ValueError(f"{_cli_common.option('population_fuse', True)} needs a WRN model, got "
                                  f"{self.search.model!r}")
-            if self.search.cuda_graphs:
-                raise ValueError(f"{_cli_common.option('population_fuse', True)} does not take "
-                                 f"{_cli_common.option('cuda_graphs', True)}")
+            # A process's members are one network: no lanes, no graphs of a member's step.
+            for name, value, refused in (("cuda_graphs", self.search.cuda_graphs, self.search.cuda_graphs),
+                                         ("population_lanes", self.population_lanes, self.population_lanes > 1)):
+                if refused:
+                    raise ValueError(f"{_cli_common.option('population_fuse', True)} does not take "
+                                     f"{_cli_common.option(name, value)}")
         if self.search.compile:
             raise ValueError(f"the population search does not support {_cli_common.option('compile', True)}: "
                              "every worker process would compile its own networks")
