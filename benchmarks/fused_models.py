@@ -16,6 +16,8 @@ Each mode trains ``N`` networks for ``--steps`` timed steps after ``--warmup`` u
 uint8 images resident on the device (the trainer's own layout for a 4,000-image set):
 
 - ``loop``: N networks and N optimisers, each step one after another (one process of N trainings);
+- ``loop-graphs``: the same N steps replayed from one CUDA graph (no fusion: N sets of small kernels in
+  a row, launched once; what fusing must beat where grouped convolutions are slow);
 - ``vmap``: one set of stacked weights (``torch.func.stack_module_state``), one forward and backward of
   ``vmap(functional_call)`` over the N batches, one optimiser over the stacked weights;
 - ``grouped`` (WRNs only): :class:`hba_augment.models.fused.FusedWRN`, the N networks as one network N
@@ -68,7 +70,7 @@ from hba_augment._graphs import CapturedCall
 from hba_augment.models import create_model
 from hba_augment.models.fused import FusedWRN
 
-MODES = ("loop", "vmap", "grouped", "grouped-graphs")
+MODES = ("loop", "loop-graphs", "vmap", "grouped", "grouped-graphs")
 #: The trainer's SGD (``hba_augment.train.TrainConfig`` defaults of the cifar10 preset).
 SGD = {"lr": 0.05, "momentum": 0.9, "nesterov": True, "weight_decay": 5e-4, "foreach": True}
 #: CIFAR-10's channel statistics, the standardisation the trainer computes from its training set.
@@ -159,14 +161,14 @@ def _loss(logits: Tensor, y: Tensor) -> Tensor:
 
 
 def loop_step(models: list[nn.Module], opts: list[torch.optim.Optimizer], pipe: Pipeline, x: Tensor,
-              y: Tensor, amp: bool, channels_last: bool) -> Tensor:
+              y: Tensor, amp: bool, channels_last: bool, captured: bool = False) -> Tensor:
     """One step of each network in turn; ``x`` uint8 ``(N, B, 3, H, W)``, ``y`` ``(N, B)``. The last logits."""
     logits = x
     for net, opt, images, labels in zip(models, opts, x, y, strict=True):
         images = pipe(images)
         if channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
-        with torch.autocast(images.device.type, dtype=torch.bfloat16, enabled=amp):
+        with torch.autocast(images.device.type, dtype=torch.bfloat16, enabled=amp, cache_enabled=not captured):
             logits = net(images)
         opt.zero_grad(set_to_none=True)
         _loss(logits, labels).backward()
@@ -232,11 +234,21 @@ def time_mode(mode: str, n: int, args: argparse.Namespace, device: torch.device)
     data = torch.randint(0, 256, (args.pool, 3, 32, 32), dtype=torch.uint8, device=device, generator=g)
     labels = torch.randint(0, 10, (args.pool,), device=device, generator=g)
     step: Callable[[Tensor, Tensor], Tensor]
+    example = (torch.empty(n, args.batch_size, 3, 32, 32, dtype=torch.uint8, device="meta"),
+               torch.empty(n, args.batch_size, dtype=torch.int64, device="meta"))
     if mode == "loop":
         opts = [torch.optim.SGD(m.parameters(), **SGD) for m in models]
 
         def step(x: Tensor, y: Tensor) -> Tensor:
             return loop_step(models, opts, pipe, x, y, args.amp, args.channels_last)
+    elif mode == "loop-graphs":
+        lr = torch.tensor(SGD["lr"], device=device)
+        opts = [torch.optim.SGD(m.parameters(), **{**SGD, "lr": lr, "foreach": None, "fused": True}) for m in models]
+        looped = CapturedCall(lambda x, y: loop_step(models, opts, pipe, x, y, args.amp, args.channels_last, True),
+                              device, [pipe.generator], example=example)
+
+        def step(x: Tensor, y: Tensor) -> Tensor:
+            return looped(x, y)
     elif mode == "grouped-graphs":
         # train --fuse --cuda-graphs: the whole step replayed from one graph, the fused SGD kernel reading its
         # rate from a device tensor (on the CPU the same step runs eagerly).
@@ -244,8 +256,6 @@ def time_mode(mode: str, n: int, args: argparse.Namespace, device: torch.device)
         del models
         lr = torch.tensor(SGD["lr"], device=device)
         opt = torch.optim.SGD(fused.parameters(), **{**SGD, "lr": lr, "foreach": None, "fused": True})
-        example = (torch.empty(n, args.batch_size, 3, 32, 32, dtype=torch.uint8, device="meta"),
-                   torch.empty(n, args.batch_size, dtype=torch.int64, device="meta"))
         captured = CapturedCall(lambda x, y: fused_step(fused, opt, pipe, x, y, args.amp, args.channels_last, True),
                                 device, [pipe.generator], example=example)
 

@@ -54,7 +54,7 @@ def test_the_script_writes_its_table(tmp_path: Path):
     assert code == 0
     data = json.loads(out.with_suffix(".json").read_text())
     assert [(r["mode"], r["members"]) for r in data["rows"]] == [
-        (mode, n) for n in (1, 2) for mode in ("loop", "vmap", "grouped", "grouped-graphs")]
+        (mode, n) for n in (1, 2) for mode in ("loop", "loop-graphs", "vmap", "grouped", "grouped-graphs")]
     assert all(r["step_seconds"] > 0 and r["logits_dtype"] == "float32" for r in data["rows"])
     assert data["meta"]["check"]["grouped"]["logits"] < 1e-4
     assert "| 2 | grouped |" in out.with_suffix(".md").read_text()

@@ -22,9 +22,10 @@ export HBA_DATA_DIR=$data
 
 # Each step's time limit (s) and command. The limits are estimates from earlier leases (benchmarks/RESULTS.md)
 # with room: a row of cuda_throughput.py compiles per shape (about a minute), a 200-epoch WRN-40-2 training
-# took 125-145 s plain on an H100, fused_models.py steps 29 networks' worth 35 times in each of its 4 modes
-# (about 20 ms each alone), and its captured mode captures per network count. fused_models comes second: it decides whether issue 20's trainings are fused next; train_fused8, eight
-# seeds of the 200-epoch training fused in one process, gives the wall time a campaign needs (its history.jsonl
+# took 125-145 s plain on an H100, fused_models.py steps 29 networks' worth 35 times in each of its 5 modes
+# (about 20 ms each alone), and its two captured modes capture per network count. fused_models comes second:
+# it decides whether issue 20's trainings are fused next; train_fused8, eight seeds of the 200-epoch training
+# fused in one process, gives the wall time a campaign needs (its history.jsonl
 # says each epoch's time even if the limit cuts it short); fused_models_nchw, the same without channels-last
 # (cuDNN's grouped convolutions may be faster in NCHW). The commands of a family share a helper: (grid, name[, options]) for the
 # compiled rows, (name[, option]) for the others.
