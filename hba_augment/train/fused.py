@@ -26,7 +26,6 @@ rate from a device tensor; elsewhere the same step runs eagerly).
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -169,10 +168,6 @@ class _Run:
     def __getattr__(self, name: str) -> Any:  # the shared parts: data, device, counters, description
         return getattr(self.group, name)
 
-    def evaluate(self) -> tuple[float, float]:
-        losses, errors = self.group.evaluate()
-        return losses[self.index], errors[self.index]
-
 
 class _FusedTrainer(T._Trainer):
     """The K runs' shared state and steps: :class:`~.trainer._Trainer`'s set-up (data on the device, the
@@ -287,29 +282,13 @@ class _FusedTrainer(T._Trainer):
 
     def run_epoch(self) -> list[dict[str, Any]]:  # type: ignore[override]
         """One epoch of every run; one record per run (the epoch's time is the group's)."""
-        cfg = self.config
         start = time.perf_counter()
         if self.hba is not None:
             self.hba.set_epoch(self.epoch)
         loss_sum, correct, seen, lr = self._epoch_sums()
-        train_seconds = time.perf_counter() - start
-        losses, corrects = (loss_sum / seen).tolist(), correct.tolist()
-        for loss in losses:
-            if not math.isfinite(loss):
-                raise self._diverged(loss, lr)
-        self.epoch += 1
+        entries = self._epoch_records(start, loss_sum.tolist(), correct.tolist(), seen, lr, self.evaluate)
         for run in self.runs:
             run.epoch, run.step = self.epoch, self.step
-        entries = [{"epoch": self.epoch, "lr": lr, "train_loss": loss, "train_acc": c / seen,
-                    "train_seconds": train_seconds} for loss, c in zip(losses, corrects, strict=True)]
-        if self.epoch == cfg.epochs or (cfg.eval_every and self.epoch % cfg.eval_every == 0):
-            t = time.perf_counter()
-            test_losses, test_errors = self.evaluate()
-            for entry, loss, error in zip(entries, test_losses, test_errors, strict=True):
-                entry.update(test_loss=loss, test_error=error, test_seconds=time.perf_counter() - t)
-        for entry in entries:
-            entry["seconds"] = time.perf_counter() - start
-            entry["train_images_per_second"] = seen / entry["train_seconds"]
         return entries
 
     def evaluate(self) -> tuple[list[float], list[float]]:  # type: ignore[override]
@@ -318,7 +297,7 @@ class _FusedTrainer(T._Trainer):
                                         batch_size=cfg.eval_batch_size, channels_last=cfg.channels_last, amp=cfg.amp)
 
     # -- checkpoints: each run's, in a plain run's format with the group's seeds ----------------------
-    def state_dict(self, index: int = 0) -> dict[str, Any]:  # type: ignore[override]
+    def state_dict(self, index: int) -> dict[str, Any]:  # type: ignore[override]
         """Run ``index``'s checkpoint: its network, its part of the optimiser's state, its records and streams."""
         run = self.runs[index]
         return _runner.checkpoint_state(

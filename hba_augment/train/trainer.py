@@ -773,28 +773,39 @@ class _Trainer(_runner.WorkerBase):
 
     def _finish_epoch(self, start: float, loss_sum: float, correct: float, seen_total: int, lr: float) -> dict[str, Any]:
         """The epoch's record from its sums (read on the host), after the divergence check and the test."""
+        def test() -> tuple[list[float], list[float]]:
+            loss, error = self.evaluate()
+            return [loss], [error]
+
+        return self._epoch_records(start, [loss_sum], [correct], seen_total, lr, test)[0]
+
+    def _epoch_records(self, start: float, loss_sums: Sequence[float], corrects: Sequence[float], seen_total: int,
+                       lr: float, test: Callable[[], tuple[Sequence[float], Sequence[float]]]) -> list[dict[str, Any]]:
+        """The epoch's record of each network trained (one, or the K of fused runs) from its summed loss and
+        correct count (read on the host), after the divergence check and, when due, ``test`` (each network's
+        test loss and error)."""
         cfg = self.config
-        train_loss = loss_sum / seen_total
-        if not math.isfinite(train_loss):
-            raise self._diverged(train_loss, lr)
+        losses = [loss_sum / seen_total for loss_sum in loss_sums]
+        for loss in losses:
+            if not math.isfinite(loss):
+                raise self._diverged(loss, lr)
         # DDP keeps the weights equal but each rank's running statistics are its own: take rank 0's, so
         # that every rank tests, and rank 0 saves, the same model.
         _distributed.broadcast_buffers(self.model, self.dist)
         self.epoch += 1
-        entry: dict[str, Any] = {
-            "epoch": self.epoch,
-            "lr": lr,
-            "train_loss": train_loss,
-            "train_acc": correct / seen_total,
-            "train_seconds": time.perf_counter() - start,
-        }
+        train_seconds = time.perf_counter() - start
+        entries: list[dict[str, Any]] = [
+            {"epoch": self.epoch, "lr": lr, "train_loss": loss, "train_acc": correct / seen_total,
+             "train_seconds": train_seconds} for loss, correct in zip(losses, corrects, strict=True)]
         if self.epoch == cfg.epochs or (cfg.eval_every and self.epoch % cfg.eval_every == 0):
             t = time.perf_counter()
-            entry["test_loss"], entry["test_error"] = self.evaluate()
-            entry["test_seconds"] = time.perf_counter() - t
-        entry["seconds"] = time.perf_counter() - start
-        entry["train_images_per_second"] = seen_total / entry["train_seconds"]
-        return entry
+            test_losses, test_errors = test()
+            for entry, loss, error in zip(entries, test_losses, test_errors, strict=True):
+                entry.update(test_loss=loss, test_error=error, test_seconds=time.perf_counter() - t)
+        for entry in entries:
+            entry["seconds"] = time.perf_counter() - start
+            entry["train_images_per_second"] = seen_total / train_seconds
+        return entries
 
     def evaluate(self) -> tuple[float, float]:
         cfg = self.config
