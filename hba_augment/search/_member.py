@@ -145,10 +145,7 @@ class _Member:
         w, cfg, dev = self.worker, self.worker.config, self.worker.device
         # Checked unless captured (one wait for the device per round, at its first step): a checked policy
         # tensor is remembered with its warp maps and tables, which an unchecked one would rebuild every step.
-        x = functional.augment(x, self.prob, self.mag, cfg.count_probs, generator=self.g_aug,
-                               check_policy=self.captured is None)
-        x = _runner.baseline_augment(w.normalise(x), flip=cfg.flip, crop_padding=cfg.crop_padding,
-                                     cutout=cfg.cutout, generator=self.g_aug)
+        x = w.augment(x, self.prob, self.mag, self.g_aug, check_policy=self.captured is None)
         if lr is not None:
             for group in self.opt.param_groups:
                 group["lr"] = lr
@@ -226,6 +223,15 @@ class Worker:
         self.steps_per_epoch = math.ceil(self.n_train / config.batch_size)
         self.channels_last = dev.type == "cpu" if config.channels_last is None else bool(config.channels_last)
         self.members = {m: _Member(m, self) for m in members}
+
+    def augment(self, x: Tensor, prob: Tensor, mag: Tensor, generator: torch.Generator,
+                check_policy: bool = True) -> Tensor:
+        """A member's training augmentation of uint8 images ``x`` ``(B, C, H, W)``: its policy (``prob``,
+        ``mag``: ``(2, 15)``, or ``(B, 2, 15)`` per image), standardisation, flip, crop and Cutout."""
+        cfg = self.config
+        x = functional.augment(x, prob, mag, cfg.count_probs, generator=generator, check_policy=check_policy)
+        return _runner.baseline_augment(self.normalise(x), flip=cfg.flip, crop_padding=cfg.crop_padding,
+                                        cutout=cfg.cutout, generator=generator)
 
     def layout(self, x: Tensor) -> Tensor:
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
@@ -378,6 +384,7 @@ class FusedWorker(Worker):
         per_image: dict[int, tuple[Tensor, Tensor]] = {}  # by batch size; made once a round (augment caches
         # its checks per policy tensor)
         sums = torch.zeros(k, 3, dtype=torch.float64, device=dev)
+        step = members[0].step
         for _ in range(epochs):
             order = torch.stack([torch.randperm(self.n_train, generator=m.g_data) for m in members]).to(dev)
             for first in range(0, self.n_train, b):
@@ -385,14 +392,11 @@ class FusedWorker(Worker):
                 size = idx.shape[1]
                 if size not in per_image:
                     per_image[size] = (prob.repeat_interleave(size, 0), mag.repeat_interleave(size, 0))
-                x = functional.augment(self.train_x[idx].flatten(0, 1), *per_image[size], cfg.count_probs,
-                                       generator=self.g_aug)
-                x = _runner.baseline_augment(self.normalise(x), flip=cfg.flip, crop_padding=cfg.crop_padding,
-                                             cutout=cfg.cutout, generator=self.g_aug)
+                x = self.augment(self.train_x[idx].flatten(0, 1), *per_image[size], self.g_aug)
                 x = self.layout(x).view(k, size, *x.shape[1:])
                 y = self.train_y[idx]
                 for group in self.opt.param_groups:
-                    group["lr"] = _runner.lr_at(cfg, members[0].step, self.steps_per_epoch)
+                    group["lr"] = _runner.lr_at(cfg, step, self.steps_per_epoch)
                 with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.amp):
                     logits = self.fused(x)
                 losses = F.cross_entropy(logits.float().transpose(1, 2), y, reduction="none").sum(1)
@@ -405,10 +409,9 @@ class FusedWorker(Worker):
                     sums[:, 0] += losses.detach()
                     sums[:, 1] += (logits.argmax(2) == y).sum(1)
                     sums[:, 2] += size
-                for m in members:
-                    m.step += 1
-            for m in members:
-                m.epoch += 1
+                step += 1
+        for m in members:  # every member is at the same step (run_round checks it)
+            m.step, m.epoch = step, m.epoch + epochs
         return sums
 
 
