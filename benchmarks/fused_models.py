@@ -41,7 +41,7 @@ does not reach convolutions under ``vmap`` (functorch skips the CPU's
 autocast for the ops it decomposes), so ``--amp`` is a GPU measurement; the table records the logits'
 dtype of each mode.
 
-Usage (on the lent GPU; about a minute)::
+Usage (on the lent GPU; not yet timed there)::
 
     python3 benchmarks/fused_models.py --device cuda --amp --members 1,4,8,16 --out $OUT/fused_models
 

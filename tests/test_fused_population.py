@@ -111,6 +111,9 @@ def test_a_fused_population_search_runs_and_resumes_bit_for_bit(fake_data, tmp_p
     config = _config(population_fuse=True)
     whole = run_population_search(config, tmp_path / "whole", data=fake_data, plot=False, log=lambda m: None)
     assert whole.schedule.provenance["population_fuse"] is True
+    # The members did train fused: the same search unfused draws its augmentations apart and scores otherwise.
+    plain = run_population_search(_config(), tmp_path / "plain", data=fake_data, plot=False, log=lambda m: None)
+    assert [r["val_acc"] for r in plain.metrics] != [r["val_acc"] for r in whole.metrics]
 
     def stop_after_round_2(message: str) -> None:
         if message.startswith("round 2/"):

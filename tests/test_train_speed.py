@@ -82,6 +82,11 @@ def test_fuse_trains_each_process_s_seeds_as_one_network(cifar_dir: Path, tmp_pa
     assert code == 0
     report = json.loads(out.with_suffix(".json").read_text())
     assert report["fuse"] is True
+    # The processes were told to fuse (the report's flag is only what was asked).
+    args = train_speed.build_parser().parse_args(["--data-dir", "x", "--lanes", "2", "--fuse"])
+    assert "--fuse" in train_speed.train_command(args, "eager", tmp_path / "o")
+    args.lanes = 1
+    assert "--fuse" not in train_speed.train_command(args, "eager", tmp_path / "o")
     assert [r["run"] for r in report["rows"]] == ["eager-0-lane0", "eager-0-lane1", "graphs-0-lane0", "graphs-0-lane1"]
     assert all(r["test_error"] is not None for r in report["rows"])
     assert "1 x 2 fused trainings" in out.with_suffix(".md").read_text()
