@@ -27,7 +27,8 @@ export HBA_DATA_DIR=$data
 # it decides whether issue 20's trainings are fused next; train_fused8, eight seeds of the 200-epoch training
 # fused in one process, gives the wall time a campaign needs (its history.jsonl
 # says each epoch's time even if the limit cuts it short); fused_models_nchw, the same without channels-last
-# (cuDNN's grouped convolutions may be faster in NCHW). The commands of a family share a helper: (grid, name[, options]) for the
+# (cuDNN's grouped convolutions may be faster in NCHW); index_dtype, last and short, whether int32 indices
+# would make the uint8 call's lookup and histogram cheaper on a GPU (on the CPU they are slower). The commands of a family share a helper: (grid, name[, options]) for the
 # compiled rows, (name[, option]) for the others.
 throughput="python3 benchmarks/cuda_throughput.py --commit $commit"
 compiled() { echo "$throughput --grid $1 --compile${3:+ $3} --out $out/cuda_compiled_$2"; }
@@ -43,7 +44,7 @@ train() {
 cpu_rules='--compile-options {"options":{"realize_opcount_threshold":50,"realize_acc_reads_threshold":12}}'
 declare -A limit=([cuda_tests]=90 [fused_models]=200 [train_fused8]=240 [fused_models_nchw]=90 [compiled_224]=150 [compiled_32_65536]=150 [compiled_32_1024]=120
   [search_cost]=120 [search_cost_graphs]=120 [train_plain]=220 [train_cuda_graphs]=220 [train_compile]=240
-  [eager_grid]=120 [compiled_224_t4]=150 [compiled_224_cpu_rules]=150)
+  [eager_grid]=120 [compiled_224_t4]=150 [compiled_224_cpu_rules]=150 [index_dtype]=40)
 declare -A run=(
   [cuda_tests]="python3 -m pytest -q -p no:cacheprovider -m cuda"
   [fused_models]="python3 benchmarks/fused_models.py --device cuda --amp --channels-last --members 1,4,8,16
@@ -62,9 +63,10 @@ declare -A run=(
   [eager_grid]="$throughput --out $out/cuda_throughput"
   [compiled_224_t4]=$(compiled 224:1024 224_1024_t4 '--compile-options {"options":{"realize_reads_threshold":4}}')
   [compiled_224_cpu_rules]=$(compiled 224:1024 224_1024_cpu_rules "$cpu_rules")
+  [index_dtype]="python3 benchmarks/index_dtype.py --device cuda --out $out/index_dtype"
 )
 order=(cuda_tests fused_models train_fused8 fused_models_nchw compiled_224 compiled_32_65536 compiled_32_1024 search_cost search_cost_graphs train_plain
-  train_cuda_graphs train_compile eager_grid compiled_224_t4 compiled_224_cpu_rules)
+  train_cuda_graphs train_compile eager_grid compiled_224_t4 compiled_224_cpu_rules index_dtype)
 (( $# )) && order=("$@")
 for name in "${order[@]}"; do
   [[ -n ${limit[$name]:-} ]] || { echo "unknown step: $name (steps: ${!limit[*]})" >&2; exit 2; }
