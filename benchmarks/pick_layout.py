@@ -88,12 +88,26 @@ def main(argv: list[str] | None = None) -> int:
                    help="layouts with more lanes a process are not chosen: policy_quality.py fills a process's lanes "
                    "with seeds of one policy, so a campaign of 3 seeds a policy uses at most 3 (default: no limit)")
     p.add_argument("--min-gain", type=float, default=1.3, help="how much faster lanes must be (default: 1.3)")
+    p.add_argument("--out", type=Path,
+                   help="also write the printed options to this file, empty where no lanes are chosen (for a call "
+                   "that cannot capture stdout, e.g. a step of benchmarks/campaigns/issue21_gpu.sh)")
     args = p.parse_args(argv)
+    flags = _choose(args)
+    if flags:
+        print(flags)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(flags + "\n" if flags else "")
+    return 0
+
+
+def _choose(args: argparse.Namespace) -> str:
+    """The ``gpu_campaign.py`` options of the chosen layout, ``""`` for none (the reasoning to stderr)."""
     try:
         base = layout(json.loads(args.base.read_text()), args.mode)
     except (OSError, KeyError, ValueError) as e:
         print(f"pick_layout: no lanes (the usual layout: {e})", file=sys.stderr)
-        return 0
+        return ""
     scale = 1.0
     if args.plan is not None:
         # A real training tests every tenth epoch and reads its own data, which a few-epoch probe does not
@@ -131,15 +145,14 @@ def main(argv: list[str] | None = None) -> int:
                 chosen = (mode, lanes, seconds)
     if chosen is None:
         print("pick_layout: no lanes", file=sys.stderr)
-        return 0
+        return ""
     mode, lanes, seconds = chosen
     procs = int(lanes["procs"])
     # No spaces or quotes to strip: the shell splits $flags on spaces and passes the rest as it is.
     walls = json.dumps({str(procs): seconds}, separators=(",", ":"))
     graphs = " --cuda-graphs" if mode == "graphs" else ""
     fuse = " --fuse" if lanes["fuse"] else ""
-    print(f"--max-procs {procs} --lanes {lanes['lanes']}{fuse}{graphs} --wall-seconds {walls}")
-    return 0
+    return f"--max-procs {procs} --lanes {lanes['lanes']}{fuse}{graphs} --wall-seconds {walls}"
 
 
 if __name__ == "__main__":

@@ -145,3 +145,18 @@ def test_a_fused_layout_is_chosen_with_its_flag(tmp_path: Path, capsys):
     assert out == '--max-procs 2 --lanes 8 --fuse --wall-seconds {"2":276}'  # (30 s + 200 x 1.0) x 1.2
     args = gpu_campaign.build_parser().parse_args(["plan.json", *out.split()])
     assert args.fuse and args.lanes == 8 and not args.cuda_graphs
+
+
+@pytest.mark.parametrize(("lanes_seconds", "written"), [
+    (2.0, '--max-procs 8 --lanes 3 --cuda-graphs --wall-seconds {"8":516}\n'), (3.8, "")])
+def test_out_holds_the_printed_options_or_nothing(tmp_path: Path, capsys, lanes_seconds: float, written: str):
+    """--out, for a call whose stdout goes to a log: the same line as stdout, and an empty file (not a stale
+    one) where no layout is chosen."""
+    base = _report(tmp_path / "base.json", 8, 1, 1.34)
+    lanes = _report(tmp_path / "lanes.json", 8, 3, lanes_seconds)
+    out = tmp_path / "flags" / "flags.txt"
+    out.parent.mkdir()
+    out.write_text("stale\n")
+    assert pick_layout.main([str(base), str(lanes), "--out", str(out)]) == 0
+    assert out.read_text() == written
+    assert capsys.readouterr().out == written
