@@ -30,7 +30,7 @@ export HBA_DATA_DIR=$data
 # (cuDNN's grouped convolutions may be faster in NCHW); index_dtype, last and short, whether int32 indices
 # would make the uint8 call's lookup and histogram cheaper on a GPU (on the CPU they are slower). Not in the
 # default order, named by a call that wants them: speed_fused, the campaign's own layout for test-seeds3-11
-# probed fused (4 processes of 9 seeds each, 5 epochs per mode), and pick_fused, which compares it with the
+# probed fused (3 processes of 9 seeds each, 5 epochs per mode), and pick_fused, which compares it with the
 # H200's committed probe of 8 plain processes and writes the gpu_campaign.py options it chooses to flags.txt
 # (empty: fusing does not pay there). The commands of a family share a helper: (grid, name[, options]) for the
 # compiled rows, (name[, option]) for the others.
@@ -69,7 +69,7 @@ declare -A run=(
   [compiled_224_t4]=$(compiled 224:1024 224_1024_t4 '--compile-options {"options":{"realize_reads_threshold":4}}')
   [compiled_224_cpu_rules]=$(compiled 224:1024 224_1024_cpu_rules "$cpu_rules")
   [index_dtype]="python3 benchmarks/index_dtype.py --device cuda --out $out/index_dtype"
-  [speed_fused]="python3 benchmarks/train_speed.py --dataset cifar10 --data-dir $data --procs 4 --lanes 9 --fuse
+  [speed_fused]="python3 benchmarks/train_speed.py --dataset cifar10 --data-dir $data --procs 3 --lanes 9 --fuse
     --epochs graphs=5,eager=5 --timeout 90 --out $out/speed_fused"
   [pick_fused]="python3 benchmarks/pick_layout.py benchmarks/results/cuda/train_speed_lanes_base.json
     $out/speed_fused.json --epochs 200 --plan benchmarks/campaigns/paper_scale_cifar10.json --max-lanes 9 --fit 490
