@@ -45,12 +45,10 @@ def _relative(a, b):
     return (num / sum(float(v.float().square().sum()) for v in b.values() if v.is_floating_point())) ** 0.5
 
 
-@pytest.mark.parametrize("score_ema", [None, 0.9])
-def test_fused_members_train_and_exploit_as_plain_ones(fake_data, tmp_path, score_ema):
+def _train_and_exploit_as_plain(config, fake_data, tmp_path, score_ema, loss_rel, weights_rel, momenta_rel):
     """Two rounds, the second with an exploit (member 2 takes member 0's weights, momentum and, with
-    ``score_ema``, weights' average): records and saved states as a plain worker's, up to rounding (weights
-    within 1e-3 of their norm; the same members in another memory format differ by more, tests/test_fused.py)."""
-    config = _plain_search()
+    ``score_ema``, weights' average), by a plain and a fused worker: records and saved states agree within
+    the tolerances given."""
     plain = Worker(config, *fake_data, [0, 1, 2], score_ema)
     fused = FusedWorker(config, *fake_data, [0, 1, 2], score_ema)
     for round_, weights in enumerate((None, {2: "m0.pt"})):
@@ -62,22 +60,40 @@ def test_fused_members_train_and_exploit_as_plain_ones(fake_data, tmp_path, scor
             records[name] = worker.run_round(_tasks(out[name], donors))
         for a, b in zip(records["plain"], records["fused"], strict=True):
             assert a["member"] == b["member"] and b["finite"]
-            assert b["train_loss"] == pytest.approx(a["train_loss"], rel=2e-4)
-            assert b["val_loss"] == pytest.approx(a["val_loss"], rel=2e-4)
+            assert b["train_loss"] == pytest.approx(a["train_loss"], rel=loss_rel)
+            assert b["val_loss"] == pytest.approx(a["val_loss"], rel=loss_rel)
             assert abs(b["val_acc"] - a["val_acc"]) <= 1 / 20 + 1e-9
         for m in (0, 1, 2):
             a = torch.load(out["plain"] / f"m{m}.pt", weights_only=True)
             b = torch.load(out["fused"] / f"m{m}.pt", weights_only=True)
             assert a.keys() == b.keys() and (a["step"], a["epoch"]) == (b["step"], b["epoch"])
             assert torch.equal(a["g_data"], b["g_data"])  # each member's own data order
-            assert _relative(b["model"], a["model"]) < 1e-3
-            assert ("ema" in b) == (score_ema is not None) and ("ema" not in b or _relative(b["ema"], a["ema"]) < 1e-3)
+            assert _relative(b["model"], a["model"]) < weights_rel
+            assert ("ema" in b) == (score_ema is not None) and ("ema" not in b or _relative(b["ema"], a["ema"]) < weights_rel)
             momenta = {j: s["momentum_buffer"] for j, s in a["optimizer"]["state"].items()}
-            assert _relative({j: s["momentum_buffer"] for j, s in b["optimizer"]["state"].items()}, momenta) < 0.05
+            assert _relative({j: s["momentum_buffer"] for j, s in b["optimizer"]["state"].items()}, momenta) < momenta_rel
     # The exploit took effect: member 2 left round 1 from member 0's weights, not its own.
     a0 = torch.load(tmp_path / "fused1" / "m0.pt", weights_only=True)["model"]
     a2 = torch.load(tmp_path / "fused1" / "m2.pt", weights_only=True)["model"]
     assert _relative(a2, a0) < 0.5
+
+
+@pytest.mark.parametrize("score_ema", [None, 0.9])
+def test_fused_members_train_and_exploit_as_plain_ones(fake_data, tmp_path, score_ema):
+    """Up to rounding: weights within 1e-3 of their norm (the same members in another memory format differ by
+    more, tests/test_fused.py)."""
+    _train_and_exploit_as_plain(_plain_search(), fake_data, tmp_path, score_ema, 2e-4, 1e-3, 0.05)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_fused_members_train_and_exploit_as_plain_ones(fake_data, tmp_path):
+    """bfloat16, channels-last, cuDNN's grouped convolutions, the weights' average: a fused round and an
+    exploit end near a plain worker's (CUDA is not bit-exact and bfloat16 rounds coarsely; a wrong slice,
+    order or state differs by far more: on the CPU another member's weights lie 1.0 of their norm away after
+    a round, its momenta 1.4)."""
+    config = _plain_search(device="cuda", amp=True, channels_last=True)
+    _train_and_exploit_as_plain(config, fake_data, tmp_path, 0.9, 0.05, 0.05, 0.3)
 
 
 def test_a_fused_worker_trains_all_its_members_together(fake_data, tmp_path):
