@@ -1,6 +1,7 @@
 """Policy evaluation: train a fresh network with an augmentation policy and measure its test error.
 
-* :mod:`~hba_augment.train.trainer`: ``TrainConfig`` and ``train_and_evaluate`` (paper section 4.2);
+* :mod:`~hba_augment.train.config`: ``TrainConfig``, the paper's evaluation hyperparameters and policy names;
+* :mod:`~hba_augment.train.trainer`: ``train_and_evaluate`` (paper section 4.2);
 * :mod:`~hba_augment.train.fused`: ``train_fused``, runs that differ only in their seed as one network;
 * :mod:`~hba_augment.train.cli`: ``hba-augment train``.
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 from hba_augment._lazy import lazy_exports
 
 _EXPORTS = {
-    "TrainConfig": "trainer",
+    "TrainConfig": "config",
     "TrainResult": "trainer",
     "TrainingDivergedError": "trainer",
     "evaluate_model": "trainer",

@@ -1,7 +1,7 @@
 """``hba-augment train``: train a network with an augmentation policy and report its test error.
 
 Every option left unset takes the paper's value for the preset and the model's family (appendix table
-"Hyperparameters for policy evaluation", see :data:`hba_augment.train.trainer.PAPER_HPARAMS`);
+"Hyperparameters for policy evaluation", see :data:`hba_augment.train.config.PAPER_HPARAMS`);
 ``--preset`` picks the protocol (e.g. ``--dataset imagefolder --preset cifar10`` for the CIFAR-10 JPEG
 copy). Writes ``OUT/result.json`` (``test_error`` in percent, ``test_loss``, per-epoch ``history``,
 ``config``), ``OUT/history.jsonl`` and ``OUT/checkpoint.pt`` (every epoch, or every ``--checkpoint-every``;
