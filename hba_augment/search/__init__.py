@@ -4,7 +4,8 @@
 * ``hyperize(model, num_hparams, strategy)`` -> ``HyperModel`` (module ``_hyperize``: private, so that it
   cannot shadow the function of the same name);
 * :mod:`~hba_augment.search.hparams`: the 54 hyperparameters and their map to a policy;
-* :mod:`~hba_augment.search.loop`: ``SearchConfig`` and ``run_search`` (Algorithm 2);
+* :mod:`~hba_augment.search.config`: ``SearchConfig``, a search's settings from the paper's presets;
+* :mod:`~hba_augment.search.loop`: ``run_search`` (Algorithm 2);
 * :mod:`~hba_augment.search.population`: ``PopulationConfig`` and ``run_population_search`` (PBA's population
   search in HBA's policy space, ``--objective population``), built on :mod:`~hba_augment.search.pbt`
   (``explore``, ``truncation_selection``, ``lineage``);
@@ -30,7 +31,7 @@ _EXPORTS = {
     "hparams_to_policy": "hparams",
     "init_hparams": "hparams",
     "policy_to_hparams": "hparams",
-    "SearchConfig": "loop",
+    "SearchConfig": "config",
     "SearchDivergedError": "loop",
     "SearchResult": "loop",
     "run_search": "loop",

@@ -198,7 +198,7 @@ class Worker:
     """The images on one device and the members this process trains.
 
     Args:
-        config: the search's :class:`~hba_augment.search.loop.SearchConfig` (model, optimiser, schedule,
+        config: the search's :class:`~hba_augment.search.config.SearchConfig` (model, optimiser, schedule,
             baseline augmentation, ``count_probs``, ``amp``, ``channels_last``, ``cuda_graphs``, ``seed``,
             ``device``).
         train, val: :class:`~hba_augment.datasets.ImageData` (uint8), the search's split.

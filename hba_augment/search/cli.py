@@ -314,7 +314,7 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace, device: str) -> SearchConfig:
-    """The :class:`~hba_augment.search.loop.SearchConfig` that parsed ``search`` arguments describe.
+    """The :class:`~hba_augment.search.config.SearchConfig` that parsed ``search`` arguments describe.
 
     Unset options (``None``) take the preset's values.
     """

@@ -97,7 +97,7 @@ class PopulationConfig:
     """A population search: the search's settings and the population's.
 
     Attributes:
-        search: the :class:`~hba_augment.search.loop.SearchConfig` whose data split, model, optimiser,
+        search: the :class:`~hba_augment.search.config.SearchConfig` whose data split, model, optimiser,
             learning-rate schedule, epochs, baseline augmentation, ``init``, ``count_probs``, ``seed``,
             ``device``, ``amp`` and ``channels_last`` every member uses (its hypernetwork and teacher
             settings are not used; ``compile`` is not supported).
@@ -126,7 +126,7 @@ class PopulationConfig:
             uniform draw over its range) or ``"prior"`` (it returns to the ``init`` policy's value;
             :func:`~hba_augment.search.pbt.resample_anchor`).
 
-    The search's ``cuda_graphs`` (:class:`~hba_augment.search.loop.SearchConfig`) replays each member's full
+    The search's ``cuda_graphs`` (:class:`~hba_augment.search.config.SearchConfig`) replays each member's full
     training batches from a captured CUDA graph (:mod:`~hba_augment.search._member`); elsewhere the same
     steps run eagerly. It changes speed and rounding, not the search.
     """
