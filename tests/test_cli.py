@@ -376,3 +376,30 @@ def test_readme_demo_commands(tmp_path: Path, cifar_dir: Path, monkeypatch, caps
     assert main(commands[1][1:]) == 0
     assert "Schedule 'demo'" in capsys.readouterr().out
     assert sorted(p.name for p in (tmp_path / "runs" / "demo").iterdir()) == written  # no copy of the plot
+
+
+def _choices(parser, option: str) -> tuple[str, ...]:
+    (action,) = [a for a in parser._actions if option in a.option_strings]
+    return tuple(action.choices)
+
+
+def test_the_command_lines_offer_the_package_s_own_choices():
+    """Both parsers spell some choices out, so that --help needs no torch; each must equal the package's own
+    list (its one home), or a new choice would be refused at the door, or an old one accepted there and
+    refused later."""
+    from hba_augment._runner import LR_SCHEDULES
+    from hba_augment.datasets import DATASETS
+    from hba_augment.search._hyperize import STRATEGIES
+    from hba_augment.search.cli import build_parser as search_parser
+    from hba_augment.search.config import OBJECTIVES
+    from hba_augment.train.cli import build_parser as train_parser
+    from hba_augment.train.config import EVAL_PRESETS, EVAL_SPLITS
+
+    search, train = search_parser(), train_parser()
+    for parser in (search, train):
+        assert set(_choices(parser, "--dataset")) == set(DATASETS)
+        assert set(_choices(parser, "--lr-schedule")) == set(LR_SCHEDULES)
+    assert set(_choices(search, "--strategy")) == set(STRATEGIES) - {"none"}
+    assert _choices(search, "--objective") == (*OBJECTIVES, "population")
+    assert set(_choices(train, "--preset")) == set(EVAL_PRESETS)
+    assert set(_choices(train, "--eval-split")) == set(EVAL_SPLITS)

@@ -151,7 +151,9 @@ def _preset_table() -> str:
 
 def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     """The argument parser of ``hba-augment search``."""
-    from hba_augment.search.pbt import (  # numpy only: --help stays free of torch
+    # Neither imports torch: --help stays fast.
+    from hba_augment.search.config import HYPER_INPUTS, OBJECTIVES, TEACHER_ESTIMATORS, VAL_BN
+    from hba_augment.search.pbt import (
         AMOUNTS,
         DEFAULT_MEMBER_START,
         DEFAULT_POPULATION,
@@ -212,14 +214,14 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
                    "fraction of the distance (0: none, the paper; default: 0)")
     g.add_argument("--hparam-accumulate", type=positive_int, default=1, metavar="N",
                    help="one hyperparameter step per N validation steps, with their mean gradient (default: 1)")
-    g.add_argument("--objective", choices=("hypernetwork", "teacher", "population"), default="hypernetwork",
+    g.add_argument("--objective", choices=(*OBJECTIVES, "population"), default="hypernetwork",
                    help="what lambda learns from: hypernetwork = the validation loss through the hyper-layers (the "
                    "paper; default); teacher = TeachAugment's: augmentations hard for the network and easy for its "
                    "moving-average teacher, estimated from the per-image perturbations (no validation steps); "
                    "population = no lambda: PBA's population-based training over policies, scored by the "
                    "validation accuracy of networks trained with them (--population networks trained side by "
                    "side; see the population options)")
-    g.add_argument("--teacher-estimator", choices=("applied", "es"), default="applied",
+    g.add_argument("--teacher-estimator", choices=TEACHER_ESTIMATORS, default="applied",
                    help="how the teacher objective's gradient is estimated: applied = from the slots each image "
                    "applied (default), es = from the per-image perturbations alone")
     g.add_argument("--teacher-weight", type=nonneg_float, default=1.0, metavar="W",
@@ -229,10 +231,10 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     g.add_argument("--count-probs", type=_count_probs, metavar="P0,P1,...",
                    help="distribution of the number of ops per image (default: the starting policy's: 0.2,0.3,0.5, "
                    "or 1/14,13/14 for trivialaugment)")
-    g.add_argument("--val-bn", choices=("batch", "running"), default="batch",
+    g.add_argument("--val-bn", choices=VAL_BN, default="batch",
                    help="batch norm in the hyperparameter steps: batch = the validation batch's statistics "
                    "(default), running = eval mode, the running statistics, as the network is tested")
-    g.add_argument("--hyper-input", choices=("hparams", "applied"), default="hparams",
+    g.add_argument("--hyper-input", choices=HYPER_INPUTS, default="hparams",
                    help="what the hyper-layers are conditioned on: hparams = each image's perturbed lambda_i (the "
                    "paper; default), applied = which slots each image applied and their magnitudes; the "
                    "hyperparameter step then uses the expected value under lambda (hba_augment.search.hyper_input)")

@@ -1,6 +1,9 @@
 """What defines a search of ``hba-augment search``: :class:`SearchConfig`, filled in from the paper's
 presets (:mod:`~hba_augment.search._presets`), and the names of its choices. :mod:`~hba_augment.search.loop`
 runs the hypernetwork and teacher objectives from it; :mod:`~hba_augment.search.population` wraps it.
+
+Importing this module does not import torch (its checks do, when they run), so that the command line takes
+its choices from here and ``--help`` stays fast.
 """
 
 from __future__ import annotations
@@ -9,13 +12,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from hba_augment import _runner, functional
-from hba_augment.search._hyperize import STRATEGIES
 from hba_augment.search._presets import DEFAULT_PRESET, PRESETS
-from hba_augment.search.hyper_input import HYPER_INPUTS
 from hba_augment.search.priors import parse_init, prior_policy
 
-__all__ = ["OBJECTIVES", "TEACHER_ESTIMATORS", "VAL_BN", "SearchConfig"]
+__all__ = ["HYPER_INPUTS", "OBJECTIVES", "TEACHER_ESTIMATORS", "VAL_BN", "SearchConfig"]
 
 # Fields that may differ between the run that wrote a checkpoint and the run that resumes it.
 _RESUME_FREE = frozenset({"data_dir", "name", "device", "compile", "cuda_graphs"})
@@ -30,6 +30,9 @@ VAL_BN = ("batch", "running")
 OBJECTIVES = ("hypernetwork", "teacher")
 #: How the teacher objective's gradient is estimated (``SearchConfig.teacher_estimator``).
 TEACHER_ESTIMATORS = ("applied", "es")
+#: What the hyper-layers are conditioned on (:mod:`~hba_augment.search.hyper_input`): ``"hparams"``, the
+#: paper's ``lambda_i``; ``"applied"``, what each image received.
+HYPER_INPUTS = ("hparams", "applied")
 
 
 @dataclass
@@ -184,7 +187,9 @@ class SearchConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field."""
+        from hba_augment import _runner, functional
         from hba_augment.datasets import DATASETS
+        from hba_augment.search._hyperize import STRATEGIES
 
         if self.dataset not in DATASETS:
             raise ValueError(f"Unknown dataset {self.dataset!r}; expected one of {list(DATASETS)}")
@@ -233,4 +238,6 @@ class SearchConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-compatible values (tuples become lists)."""
+        from hba_augment import _runner
+
         return _runner.config_to_dict(self)

@@ -28,12 +28,11 @@ from torch import Tensor
 
 from hba_augment.functional import MAGNITUDE_OPS, NUM_COPIES, NUM_OPS, check_count_probs
 
+from .config import HYPER_INPUTS  # re-exported: the choice's one home, importable without torch
 from .hparams import NUM_HPARAMS, NUM_PROB_HPARAMS
 
 __all__ = ["HYPER_INPUTS", "applied_input", "applied_probability", "expected_applied_input"]
 
-#: ``"hparams"``: the paper's ``lambda_i``; ``"applied"``: what each image received.
-HYPER_INPUTS = ("hparams", "applied")
 
 # One probability of lambda per slot (copy-major), so the slots are numbered as lambda's probabilities.
 _SLOTS = NUM_PROB_HPARAMS
