@@ -45,8 +45,12 @@ _POLICY_HELP = (
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
-    # Choices are spelled out here (not imported) so that --help needs no torch import. Every help states
-    # its default itself: ArgumentDefaultsHelpFormatter would append a second, raw one ("(default: None)").
+    # --help needs no torch import: the datasets and learning-rate schedules are spelled out here (their homes
+    # import torch; tests/test_cli.py checks them against those), the rest come from the torch-free config.
+    # Every help states its default itself: ArgumentDefaultsHelpFormatter would append a second, raw one
+    # ("(default: None)").
+    from hba_augment.train.config import EVAL_PRESETS, EVAL_SPLITS
+
     datasets = ("cifar10", "cifar100", "svhn", "imagefolder")
     g = p.add_argument_group("data")
     g.add_argument("--dataset", choices=datasets, default="cifar10", help="dataset format (default: cifar10)")
@@ -55,7 +59,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--train-size", type=positive_int, help="class-balanced subset of the train split (default: all)")
     g.add_argument("--test-size", type=positive_int, help="class-balanced subset of the test split (default: all)")
     g.add_argument("--subset-seed", type=nonneg_int, help="seed of those subsets (default: --seed)")
-    g.add_argument("--eval-split", choices=("test", "val"), default="test",
+    g.add_argument("--eval-split", choices=EVAL_SPLITS, default="test",
                    help="test: test on the test split (default); val: test on held-out images of the train split, "
                    "disjoint from the --train-size training images (--test-size of them, default all the rest), "
                    "to tune without looking at the test split")
@@ -66,7 +70,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="DataLoader workers for the per-image torchvision policies (default: min(8, cores - 1); "
                    "results do not depend on it)")
     g = p.add_argument_group("training")
-    g.add_argument("--preset", choices=("cifar10", "cifar100", "svhn", "imagenet"),
+    g.add_argument("--preset", choices=tuple(EVAL_PRESETS),
                    help="protocol whose settings are the defaults (default: the dataset's; imagenet for imagefolder). "
                    "cifar100 is a preset here and not in the search command: the paper's evaluation table has "
                    "CIFAR-100 rows, while its search ran on Reduced CIFAR-10 only")

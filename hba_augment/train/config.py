@@ -1,6 +1,9 @@
 """What defines a training run of ``hba-augment train``: :class:`TrainConfig`, the paper's evaluation
 hyperparameters it starts from (:data:`PAPER_HPARAMS`, :data:`EVAL_PRESETS`) and the policy names it takes
 (:func:`parse_policy`). :mod:`~hba_augment.train.trainer` runs it.
+
+Importing this module does not import torch (its checks do, when they run), so that the command line takes
+its choices from here and ``--help`` stays fast.
 """
 
 from __future__ import annotations
@@ -9,9 +12,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
-from hba_augment import _cli_common, _runner
+from hba_augment import _cli_common
+from hba_augment._baselines import BASELINES
 
 __all__ = [
     "DEFAULT_PRESET",
@@ -54,16 +56,16 @@ PAPER_HPARAMS: dict[str, dict[str, tuple[float, float, int, int]]] = {
 #: the search's presets) and torchvision's AutoAugment policy.
 EVAL_PRESETS: dict[str, dict[str, Any]] = {
     "cifar10": {"lr_schedule": "cosine", "lr_milestones": (), "autoaugment_policy": "CIFAR10",
-                **_runner.BASELINES["cifar10"]},
+                **BASELINES["cifar10"]},
     "cifar100": {"lr_schedule": "cosine", "lr_milestones": (), "autoaugment_policy": "CIFAR10",
-                 **_runner.BASELINES["cifar10"]},
+                 **BASELINES["cifar10"]},
     "svhn": {"lr_schedule": "cosine", "lr_milestones": (), "autoaugment_policy": "SVHN",
-             **_runner.BASELINES["svhn"]},
+             **BASELINES["svhn"]},
     # Paper: ImageNet uses a step decay at epochs 90, 180, 240. Its 224x224 baseline (random resized crop,
     # colour and PCA jitter) does not apply to the small ImageFolder copies here: flip + pad-4 crop, as
     # the search's ImageNet preset.
     "imagenet": {"lr_schedule": "step", "lr_milestones": (90, 180, 240), "autoaugment_policy": "IMAGENET",
-                 **_runner.BASELINES["imagenet"]},
+                 **BASELINES["imagenet"]},
 }
 #: Preset used for each dataset when none is named (``imagefolder`` + ``--preset cifar10`` for CIFAR-10 JPEG).
 DEFAULT_PRESET = {"cifar10": "cifar10", "cifar100": "cifar100", "svhn": "svhn", "imagefolder": "imagenet"}
@@ -108,6 +110,8 @@ def parse_policy(policy: str) -> tuple[str, str | None]:
 
 
 def _check_model_name(name: str) -> None:
+    import torch
+
     from hba_augment.models import create_model
 
     # On the meta device nothing is allocated, so this is cheap even for WRN-28-10.
@@ -266,6 +270,7 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field (the model name and HBA schedule included)."""
+        from hba_augment import _runner
         from hba_augment.datasets import DATASETS
 
         if self.dataset not in DATASETS:
@@ -306,4 +311,6 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-compatible values (tuples become lists)."""
+        from hba_augment import _runner
+
         return _runner.config_to_dict(self)
