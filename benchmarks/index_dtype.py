@@ -8,11 +8,11 @@ the call (8 bytes a pixel, 55 KB of the 1,184 KB that the eager model of ``sync_
 then reads them as int32 or first casts them to int64 is the backend's choice, so this times it rather
 than assumes it.
 
-Each row times, on uint8 ``(B, 3, H, W)`` images resident on the device, the two ops as the batched call
-runs them: the cast of the levels to the index dtype, a ``gather`` through per-image tables ``(B, 3,
-256)``, and a ``scatter_add_`` of ones into per-image histograms; the two dtypes alternate within each
-repetition (timings drift on a shared machine), the median of ``--repeats`` is kept. The outputs of both
-dtypes are compared before timing (they must be equal).
+Each row times, on uint8 ``(B, 3, H, W)`` images resident on the device, the cast of the levels to the
+index dtype and the package's own two kernels that read it (``functional._kernels.lookup``, a ``gather``
+through per-image tables ``(B, 3, 256)``, and ``histogram``, a ``scatter_add_`` of ones); the two dtypes
+alternate within each repetition (timings drift on a shared machine), the median of ``--repeats`` is kept.
+The outputs of both dtypes are compared before timing (they must be equal).
 
 Usage::
 
@@ -38,16 +38,17 @@ from torch import Tensor
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from throughput import git_commit, machine_info
 
+from hba_augment.functional import _kernels  # the kernels timed, not a copy of them
+
 DTYPES = (torch.int64, torch.int32)
 SHAPES = ((256, 32), (1024, 32), (4096, 32), (256, 224))
 
 
-def _step(images: Tensor, tables: Tensor, ones: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+def _step(images: Tensor, tables: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """The batched call's own lookup and histogram (``functional._kernels``) on the levels as ``dtype``."""
     b, c, h, w = images.shape
     index = images.reshape(b, c, h * w).to(dtype)
-    looked_up = tables.gather(2, index)
-    hist = torch.zeros(b, c, 256, dtype=ones.dtype, device=images.device).scatter_add_(2, index, ones.expand(b, c, h * w))
-    return looked_up, hist
+    return _kernels.lookup(images, tables, index), _kernels.histogram(index)
 
 
 def time_shape(batch: int, side: int, device: torch.device, repeats: int) -> dict[str, float]:
@@ -55,17 +56,16 @@ def time_shape(batch: int, side: int, device: torch.device, repeats: int) -> dic
     generator = torch.Generator(device=device).manual_seed(0)
     images = torch.randint(0, 256, (batch, 3, side, side), dtype=torch.uint8, device=device, generator=generator)
     tables = torch.randint(0, 256, (batch, 3, 256), dtype=torch.uint8, device=device, generator=generator)
-    ones = torch.ones(1, 1, 1, device=device)
-    reference = _step(images, tables, ones, torch.int64)
+    reference = _step(images, tables, torch.int64)
     for dtype in DTYPES[1:]:
-        if not all(torch.equal(a, b) for a, b in zip(reference, _step(images, tables, ones, dtype), strict=True)):
+        if not all(torch.equal(a, b) for a, b in zip(reference, _step(images, tables, dtype), strict=True)):
             raise AssertionError(f"{dtype} indices gave other outputs than int64 at B={batch}, {side}x{side}")
 
     def once(dtype: torch.dtype) -> float:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         start = time.perf_counter()
-        _step(images, tables, ones, dtype)
+        _step(images, tables, dtype)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         return time.perf_counter() - start

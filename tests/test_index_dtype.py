@@ -26,8 +26,8 @@ def test_rows_time_both_dtypes_on_outputs_that_agree(tmp_path: Path):
 def test_outputs_that_differ_stop_the_benchmark(monkeypatch):
     step = index_dtype._step
 
-    def wrong_for_int32(images, tables, ones, dtype):
-        looked_up, hist = step(images, tables, ones, dtype)
+    def wrong_for_int32(images, tables, dtype):
+        looked_up, hist = step(images, tables, dtype)
         return (looked_up + 1 if dtype == torch.int32 else looked_up), hist
 
     monkeypatch.setattr(index_dtype, "_step", wrong_for_int32)
