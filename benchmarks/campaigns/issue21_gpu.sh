@@ -24,7 +24,7 @@ export HBA_DATA_DIR=$data
 # with room: a row of cuda_throughput.py compiles per shape (about a minute), a 200-epoch WRN-40-2 training
 # took 125-145 s plain on an H100, fused_models.py steps 29 networks' worth 35 times in each of its 5 modes
 # (about 20 ms each alone), and its two captured modes capture per network count. fused_models comes second:
-# it decides whether issue 20's trainings are fused next; train_fused8, eight seeds of the 200-epoch training
+# it says why fusing pays or does not (speed_fused below decides the campaign's layout); train_fused8, eight seeds of the 200-epoch training
 # fused in one process, gives the wall time a campaign needs (its history.jsonl
 # says each epoch's time even if the limit cuts it short); fused_models_nchw, the same without channels-last
 # (cuDNN's grouped convolutions may be faster in NCHW); index_dtype, last and short, whether int32 indices
