@@ -79,7 +79,7 @@ IDENTITY = "identity"
 HELD_OUT, WRONG_LABELS = "held-out", "wrong-labels"
 CONTROLS = (HELD_OUT, WRONG_LABELS)
 # Seed streams of the probe's own draws (the trunk's use member_seed(seed, 0, 0..2)).
-_BATCH_STREAM, _SIGN_STREAM, _BASELINE_STREAM = 11, 12, 13
+_BATCH_STREAM, _SIGN_STREAM, _BASELINE_STREAM, _VAL_STREAM = 11, 12, 13, 14
 
 
 def variants(fractions: list[float]) -> dict[str, tuple[str | None, float | None]]:
@@ -109,6 +109,17 @@ def apply_variant(x: Tensor, op: str | None, fraction: float | None, sign: Tenso
     return functional.apply_op(x, op, magnitude * sign if spec.signed else magnitude, generator=generator)
 
 
+def validation_parts(images: Tensor, labels: Tensor, count: int, seed: int) -> tuple[tuple[Tensor, Tensor], ...]:
+    """The validation split in two: ``count`` images for ``g_val`` and the rest for the held-out batches,
+    each ``(images, labels)``.
+
+    A split lists its images in the dataset's order, which for an image folder is class by class: a prefix
+    would hold only some classes. A fixed shuffle gives both parts every class."""
+    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(member_seed(seed, _VAL_STREAM, 0)))
+    order = order.to(labels.device)
+    return (images[order[:count]], labels[order[:count]]), (images[order[count:]], labels[order[count:]])
+
+
 def _probe_model(model: nn.Module) -> nn.Module:
     """A copy of ``model`` in training mode whose batch norm uses batch statistics and never updates its
     running ones (momentum 0), so that computing gradients leaves every probe alike."""
@@ -136,8 +147,7 @@ def probe(worker: Worker, args: argparse.Namespace, seed: int) -> dict:
     model = _probe_model(worker.members[0].model)
     params = [p for p in model.parameters() if p.requires_grad]
     head = _head_mask(model, params)
-    val_x, val_y = worker.val_x[: args.val_images], worker.val_y[: args.val_images]
-    fresh_x, fresh_y = worker.val_x[args.val_images :], worker.val_y[args.val_images :]  # never in g_val
+    (val_x, val_y), (fresh_x, fresh_y) = validation_parts(worker.val_x, worker.val_y, args.val_images, seed)
     g_val = torch.zeros(sum(p.numel() for p in params), dtype=torch.float32, device=worker.device)
     for start in range(0, len(val_y), args.batch_size):  # the mean loss's gradient, chunk by chunk
         x, y = val_x[start : start + args.batch_size], val_y[start : start + args.batch_size]
@@ -175,8 +185,8 @@ def probe(worker: Worker, args: argparse.Namespace, seed: int) -> dict:
 def _config(args: argparse.Namespace, seed: int) -> SearchConfig:
     config = SearchConfig.from_preset(
         args.preset, dataset=args.dataset, data_dir=args.data_dir, model=args.model, epochs=args.epochs,
-        init=args.init, lr=args.lr, wd=args.wd, seed=seed, device=args.device, train_size=args.train_size,
-        val_size=args.val_size, batch_size=args.batch_size)
+        init=args.init, lr=args.lr, wd=args.wd, seed=seed, device=args.device, amp=args.amp,
+        train_size=args.train_size, val_size=args.val_size, batch_size=args.batch_size)
     config.validate()
     return config
 
@@ -215,8 +225,9 @@ def run(args: argparse.Namespace) -> None:
                 result.update({
                     "seed": seed, "epoch": epoch, "trunk_val_acc": record["val_acc"],
                     "trunk_train_acc": record["train_acc"], "batches": args.batches,
-                    "config": {"model": config.model, "epochs": config.epochs, "init": args.init, "lr": config.lr,
-                               "wd": config.wd, "train_size": config.train_size, "val_size": config.val_size,
+                    "config": {"model": config.model, "epochs": config.epochs, "init": args.init, "amp": config.amp,
+                               "lr": config.lr, "wd": config.wd, "train_size": config.train_size,
+                               "val_size": config.val_size,
                                "val_images": args.val_images, "batch_size": args.batch_size,
                                "fractions": args.fractions, "device": args.device, "source": source},
                     "seconds": time.perf_counter() - t0,
@@ -248,6 +259,7 @@ def report(out: Path, command: str) -> str:
     seeds = sorted({r["seed"] for r in results})
     epochs = sorted({r["epoch"] for r in results})
     names = [n for n in results[0]["scores"] if n != IDENTITY and n not in CONTROLS]
+    head = "dot_head" in results[0]["scores"][IDENTITY]  # recorded since the second run
     lines = [
         "# Per-op gradient alignment along a training",
         "",
@@ -261,9 +273,10 @@ def report(out: Path, command: str) -> str:
         f"batches of {cfg['batch_size']}, every variant on all of a batch's images, flip, crop and Cutout drawn "
         "alike for every variant",
         "- `cos`: cosine of the augmented batch's gradient with `g_val` (Deep AutoAugment's score); `dot`: "
-        "`<g_aug, g_val> / |g_val|^2` (a one-step look-ahead's first-order gain); `dot_head`: the part of `dot` "
-        "in the classifier's weights and bias. Each: the variant "
-        "minus `identity` on the same batch, mean and paired t over batches, per seed (`s0 / s1 / ...`).",
+        "`<g_aug, g_val> / |g_val|^2` (a one-step look-ahead's first-order gain)"
+        + ("; `dot_head`: the part of `dot` in the classifier's weights and bias" if head else "")
+        + ". Each: the variant minus `identity` on the same batch, mean and paired t over batches, per seed "
+        "(`s0 / s1 / ...`).",
         "",
         "| epoch | seed | trunk val acc | identity cos | identity dot | variants with cos above identity (t > 2) "
         "| below (t < -2) | dot above (t > 2) | below (t < -2) |",
@@ -300,7 +313,7 @@ def report(out: Path, command: str) -> str:
                 cells.append(" / ".join(parts))
             lines.append(f"| {'*' + n + '*' if n in controls else n} | " + " | ".join(cells) + " |")
         lines.append(f"\n(`{score}` differences times {scale:,.0f}. In italics, the references: *{HELD_OUT}*, a batch "
-                     "of clean validation images outside `g_val`'s (not paired: other images); *{WRONG_LABELS}*, "
+                     f"of clean validation images outside `g_val`'s (not paired: other images); *{WRONG_LABELS}*, "
                      "the batch's own images with every label wrong.)")
         if len(seeds) > 1:
             rows = []
@@ -347,6 +360,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--val-size", type=int, default=2048)
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--amp", action="store_true", help="bfloat16 autocast for the trunk's training (GPUs); the "
+                   "probe's gradients stay float32")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     args.command = "python " + " ".join([Path(sys.argv[0]).as_posix() if argv is None else "gradient_alignment.py",

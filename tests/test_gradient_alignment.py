@@ -67,7 +67,9 @@ def test_variants_are_paired_by_batch_and_the_probe_leaves_the_trunk_alone(cifar
     # Two seeds: other trunks, other batches.
     assert results[(0, 1)]["scores"]["Equalize"]["cos"] != results[(1, 1)]["scores"]["Equalize"]["cos"]
     report = (out / gradient_alignment.REPORT_FILE).read_text()
-    assert "| ShearX@0.9 |" in report and "| *wrong-labels* |" in report and "## `dot_head`" in report and "rho between seeds" in report
+    for text in ("| ShearX@0.9 |", "| *wrong-labels* |", "*wrong-labels*, the batch", "## `dot_head`",
+                 "rho between seeds"):
+        assert text in report
     # A rerun finds every result and trains nothing: the tables come out as they were.
     gradient_alignment.main([*args[:2], "--report-only"])
     assert (out / gradient_alignment.REPORT_FILE).read_text().split("- Trunk")[1] == report.split("- Trunk")[1]
@@ -76,7 +78,7 @@ def test_variants_are_paired_by_batch_and_the_probe_leaves_the_trunk_alone(cifar
 def test_probing_twice_gives_the_same_scores_and_keeps_the_running_statistics(cifar_dir: Path):
     args = gradient_alignment.argparse.Namespace(
         preset="cifar10", dataset="cifar10", data_dir=str(cifar_dir), model="wrn-10-1", epochs=1, init="zero",
-        lr=0.1, wd=5e-4, device="cpu", train_size=40, val_size=40, batch_size=20, fractions=[0.9], batches=1,
+        lr=0.1, wd=5e-4, device="cpu", amp=False, train_size=40, val_size=40, batch_size=20, fractions=[0.9], batches=1,
         val_images=20)
     config = gradient_alignment._config(args, 0)
     train, val, _ = gradient_alignment.load_search_data(config)
@@ -95,3 +97,13 @@ def test_bad_options_are_refused_by_name(tmp_path: Path, bad, message, capsys):
     with pytest.raises(SystemExit):
         gradient_alignment.main(["--out", str(tmp_path), *bad])
     assert message in capsys.readouterr().err
+
+
+def test_the_validation_parts_hold_every_class_when_the_split_is_listed_class_by_class():
+    labels = torch.arange(10).repeat_interleave(20)  # an image folder's split: class by class
+    images = torch.arange(200).view(200, 1, 1, 1)
+    (g_x, g_y), (h_x, h_y) = gradient_alignment.validation_parts(images, labels, 100, seed=0)
+    assert len(g_y) == 100 and len(h_y) == 100
+    assert set(g_y.tolist()) == set(h_y.tolist()) == set(range(10))
+    assert torch.equal(labels[g_x.flatten()], g_y)  # images and labels stay paired
+    assert not set(g_x.flatten().tolist()) & set(h_x.flatten().tolist())  # disjoint
