@@ -346,13 +346,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--preset", default="cifar10")
     p.add_argument("--model", default="wrn-16-1")
     p.add_argument("--epochs", type=int, default=100, help="the trunk's learning-rate schedule length (epochs)")
-    p.add_argument("--at", type=_ints, default=[2, 20, 50, 80], help="comma-separated probe epochs")
+    p.add_argument("--at", type=_ints, default=[1, 10, 30, 60, 90], help="comma-separated probe epochs")
     p.add_argument("--seeds", type=_ints, default=[0], help="comma-separated seeds (split, network, draws)")
     p.add_argument("--init", default="zero", help="the trunk's policy, as the search's --init (default: zero, "
                    "PBA's start: flip, crop and Cutout only)")
     p.add_argument("--fractions", type=_floats, default=[0.3, 0.9],
                    help="comma-separated fractions of each op's range")
-    p.add_argument("--batches", type=int, default=8, help="training batches per probe")
+    p.add_argument("--batches", type=int, default=12, help="training batches per probe")
     p.add_argument("--val-images", type=int, default=1024, help="validation images of g_val")
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--wd", type=float, default=0.0005)
