@@ -11,7 +11,7 @@ space along one training:
 
 1. a *trunk* network trained with the ``--init`` policy held (the search's model, split, optimiser and
    learning-rate schedule; :class:`hba_augment.search._member.Worker`), stopped at each ``--at`` epoch;
-2. there, a copy of the network (batch norm in training mode, its running statistics frozen) gives the
+2. there, the network (batch norm in training mode, its running statistics left alone) gives the
    gradient of the mean loss over ``--val-images`` clean validation images, ``g_val``, and for each of
    ``--batches`` fixed training batches the gradient of the same images with every *variant* applied to all
    of them: no op (``identity``), and each op at each ``--fractions`` of its range (a random sign per image
@@ -50,13 +50,13 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import math
 import platform
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -68,7 +68,7 @@ from torch import Tensor, nn
 from hba_augment import functional
 from hba_augment._runner import baseline_augment, source_commit
 from hba_augment.search._member import Worker, member_seed
-from hba_augment.search.loop import SearchConfig, load_search_data
+from hba_augment.search.loop import SearchConfig, _frozen_bn_statistics, load_search_data
 from hba_augment.search.priors import prior_policy
 
 RESULTS_FOLDER = "results"
@@ -120,31 +120,29 @@ def validation_parts(images: Tensor, labels: Tensor, count: int, seed: int) -> t
     return (images[order[:count]], labels[order[:count]]), (images[order[count:]], labels[order[count:]])
 
 
-def _probe_model(model: nn.Module) -> nn.Module:
-    """A copy of ``model`` in training mode whose batch norm uses batch statistics and never updates its
-    running ones (momentum 0), so that computing gradients leaves every probe alike."""
-    probe = copy.deepcopy(model).train()
-    for module in probe.modules():
-        if isinstance(module, nn.modules.batchnorm._BatchNorm):
-            module.momentum = 0.0
-    return probe
-
-
 def _head_mask(model: nn.Module, params: list[Tensor]) -> Tensor:
     """1 on the flat gradient's entries of the classifier (the network's last ``nn.Linear``), 0 elsewhere."""
     head = {id(p) for p in [m for m in model.modules() if isinstance(m, nn.Linear)][-1].parameters()}
     return torch.cat([torch.full((p.numel(),), float(id(p) in head), device=p.device) for p in params])
 
 
-def _flat_grad(model: nn.Module, params: list[Tensor], x: Tensor, y: Tensor, layout) -> Tensor:
+def _flat_grad(model: nn.Module, params: list[Tensor], x: Tensor, y: Tensor,
+               layout: Callable[[Tensor], Tensor]) -> Tensor:
     loss = F.cross_entropy(model(layout(x)).float(), y)
     return torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, params)])
 
 
 def probe(worker: Worker, args: argparse.Namespace, seed: int) -> dict:
     """The scores of every variant on ``worker``'s member 0 as it is now (see the module docstring)."""
+    model = worker.members[0].model
+    # Training mode, as a step sees the network; batch statistics, the running ones left alone (the trunk
+    # trains on after the probe). torch.autograd.grad leaves the parameters' .grad untouched.
+    with _frozen_bn_statistics(model):
+        return _probe(worker, model.train(), args, seed)
+
+
+def _probe(worker: Worker, model: nn.Module, args: argparse.Namespace, seed: int) -> dict:
     cfg = worker.config
-    model = _probe_model(worker.members[0].model)
     params = [p for p in model.parameters() if p.requires_grad]
     head = _head_mask(model, params)
     (val_x, val_y), (fresh_x, fresh_y) = validation_parts(worker.val_x, worker.val_y, args.val_images, seed)
@@ -152,11 +150,11 @@ def probe(worker: Worker, args: argparse.Namespace, seed: int) -> dict:
     for start in range(0, len(val_y), args.batch_size):  # the mean loss's gradient, chunk by chunk
         x, y = val_x[start : start + args.batch_size], val_y[start : start + args.batch_size]
         g_val += _flat_grad(model, params, worker.normalise(x), y, worker.layout) * (len(y) / len(val_y))
-    val_sq = float(g_val.dot(g_val))
+    val_sq = g_val.dot(g_val)
     val_head = g_val * head
     names = variants(args.fractions)
-    scores: dict[str, dict[str, list[float]]] = {n: {"cos": [], "dot": [], "dot_head": [], "norm": []}
-                                                  for n in [*names, *CONTROLS]}
+    # Per variant and batch: |g|, <g, g_val>, <g, g_val in the classifier>; read on the host once, at the end.
+    sums: dict[str, list[Tensor]] = {n: [] for n in [*names, *CONTROLS]}
     g_batch = torch.Generator().manual_seed(member_seed(seed, _BATCH_STREAM, 0))
     for b in range(args.batches):
         idx = torch.randperm(worker.n_train, generator=g_batch)[: args.batch_size].to(worker.device)
@@ -173,12 +171,13 @@ def probe(worker: Worker, args: argparse.Namespace, seed: int) -> dict:
             z = baseline_augment(worker.normalise(images), flip=cfg.flip, crop_padding=cfg.crop_padding,
                                  cutout=cfg.cutout, generator=g_base)
             g = _flat_grad(model, params, z, labels, worker.layout)
-            norm = float(g.norm())
-            dot = float(g.dot(g_val))
-            scores[name]["cos"].append(dot / (norm * math.sqrt(val_sq)))
-            scores[name]["dot"].append(dot / val_sq)
-            scores[name]["dot_head"].append(float(g.dot(val_head)) / val_sq)
-            scores[name]["norm"].append(norm)
+            sums[name].append(torch.stack([g.norm(), g.dot(g_val), g.dot(val_head)]))
+    val_sq = float(val_sq)
+    scores = {}
+    for name, rows in sums.items():
+        norm, dot, dot_head = torch.stack(rows).T.double().tolist()
+        scores[name] = {"cos": [d / (n * math.sqrt(val_sq)) for d, n in zip(dot, norm, strict=True)],
+                        "dot": [d / val_sq for d in dot], "dot_head": [h / val_sq for h in dot_head], "norm": norm}
     return {"val_grad_norm": math.sqrt(val_sq), "scores": scores}
 
 
