@@ -387,7 +387,9 @@ def augment(
     if b == 0 or steps == 0 or batch.shape[-2] * batch.shape[-1] == 0:
         out = images.clone()  # no images, or images without pixels: unchanged, as in torchvision
     elif b == 1 and not sync_free:
-        out = _augment_one(images, batch, unbatched, policy, edge_values, ctx, geometry, applied)
+        # (disabled for dynamo only while it traces: the wrapper costs the per-image path a few percent)
+        one = _augment_one_untraced if torch.compiler.is_dynamo_compiling() else _augment_one
+        out = one(images, batch, unbatched, policy, edge_values, ctx, geometry, applied)
     elif _chunk_size(batch) >= b:
         out = augment_batch(batch, policy, edges, ctx, geometry=geometry, applied=applied)
         out = out.squeeze(0) if unbatched else out
@@ -629,7 +631,6 @@ def _layout(batch: Tensor) -> torch.memory_format:
     return torch.contiguous_format
 
 
-@torch.compiler.disable
 def _augment_one(
     images: Tensor,
     batch: Tensor,
@@ -650,6 +651,10 @@ def _augment_one(
     if not entries:
         return images.clone()
     return _apply_drawn(images, batch, unbatched, policy, entries, ctx)
+
+
+# Reads the draws on the host, as _augment_batch: run eagerly under torch.compile (a graph break).
+_augment_one_untraced = torch.compiler.disable(_augment_one)
 
 
 def _draw_one(

@@ -48,7 +48,8 @@ def constant_cache(maxsize: int) -> Callable[[_F], _F]:
     """
 
     def wrap(function: _F) -> _F:
-        caches: dict[Hashable, Callable] = {None: functools.lru_cache(maxsize=maxsize)(function)}
+        process = functools.lru_cache(maxsize=maxsize)(function)
+        caches: dict[Hashable, Callable] = {None: process}
         lock = threading.Lock()
 
         def scoped(scope: Hashable) -> Callable:
@@ -63,7 +64,9 @@ def constant_cache(maxsize: int) -> Callable[[_F], _F]:
             # (is_dynamo_compiling: a third of is_compiling's cost, on a path taken for every single image)
             if torch.compiler.is_dynamo_compiling():
                 return function(*args, **kwargs)
-            return scoped(_SCOPE.get())(*args, **kwargs)
+            scope = _SCOPE.get()
+            # (the process's cache without a lookup: the per-image path calls this a few times an image)
+            return process(*args, **kwargs) if scope is None else scoped(scope)(*args, **kwargs)
 
         def cache_clear() -> None:
             for cached in list(caches.values()):
