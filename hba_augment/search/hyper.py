@@ -96,6 +96,34 @@ class HyperLayer(nn.Module):
         """``phi_V @ lambda`` for every example: shape ``(c_out,)`` or ``(B, c_out)``."""
         return F.linear(hparams, v)
 
+    @staticmethod
+    def _check_num_hparams(num_hparams: int) -> None:
+        if num_hparams < 1:
+            raise ValueError(f"num_hparams must be a positive int, got {num_hparams}")
+
+    def _rank_one_factors(self, ref: nn.Conv2d | nn.Linear, fan_in: int) -> None:
+        """The parameters of a layer whose weights are ``phi_0 + (phi_V lambda) phi_U`` per output channel:
+        ``weight`` and ``bias`` (``phi_0``) copied from ``ref``, ``weight_u`` and ``bias_u`` (``phi_U``) drawn as
+        ``ref``'s own default initialisation, ``weight_v`` and ``bias_v`` (``phi_V``, ``(out, n)``) zero, so that
+        the layer starts as ``ref`` for every ``lambda``. Registered and drawn in that order, weight first."""
+        for name, ref_param in (("weight", ref.weight), ("bias", ref.bias)):
+            if ref_param is None:
+                for suffix in ("", "_u", "_v"):
+                    self.register_parameter(name + suffix, None)
+                continue
+            setattr(self, name, nn.Parameter(ref_param.detach().clone()))
+            setattr(self, name + "_u", nn.Parameter(torch.empty_like(ref_param)))
+            setattr(self, name + "_v", nn.Parameter(ref_param.new_zeros(ref_param.shape[0], self.num_hparams)))
+            _uniform_(getattr(self, name + "_u").data, fan_in)
+
+    def _copy_phi_0(self, module: nn.Conv2d | nn.Linear) -> HyperLayer:
+        """Copy ``module``'s weight and bias into ``phi_0``; returns the layer."""
+        with torch.no_grad():
+            self.weight.copy_(module.weight)
+            if module.bias is not None:
+                self.bias.copy_(module.bias)
+        return self
+
 
 def _uniform_(t: Tensor, fan_in: int) -> None:
     # nn.Conv2d / nn.Linear default: kaiming_uniform_(a=sqrt(5)) == U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
@@ -136,27 +164,13 @@ class HyperConv2d(HyperLayer):
         # Reuse nn.Conv2d's argument checking and normalisation (tuples, 'same' padding, padding_mode).
         ref = nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
                         padding_mode, device=device, dtype=dtype)
-        if num_hparams < 1:
-            raise ValueError(f"num_hparams must be a positive int, got {num_hparams}")
+        self._check_num_hparams(num_hparams)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel_size, self.stride, self.padding = ref.kernel_size, ref.stride, ref.padding
         self.dilation, self.groups, self.padding_mode = ref.dilation, groups, padding_mode
         self._reversed_padding_repeated_twice = ref._reversed_padding_repeated_twice
         self.num_hparams = num_hparams
-        self.weight = nn.Parameter(ref.weight.detach().clone())
-        self.weight_u = nn.Parameter(torch.empty_like(ref.weight))
-        self.weight_v = nn.Parameter(torch.zeros(out_channels, num_hparams, device=device, dtype=dtype))
-        fan_in = ref.weight[0].numel()
-        _uniform_(self.weight_u.data, fan_in)
-        if bias:
-            self.bias = nn.Parameter(ref.bias.detach().clone())
-            self.bias_u = nn.Parameter(torch.empty_like(ref.bias))
-            self.bias_v = nn.Parameter(torch.zeros(out_channels, num_hparams, device=device, dtype=dtype))
-            _uniform_(self.bias_u.data, fan_in)
-        else:
-            self.register_parameter("bias", None)
-            self.register_parameter("bias_u", None)
-            self.register_parameter("bias_v", None)
+        self._rank_one_factors(ref, fan_in=ref.weight[0].numel())
 
     @classmethod
     def from_module(cls, module: nn.Conv2d, num_hparams: int) -> HyperConv2d:
@@ -167,11 +181,7 @@ class HyperConv2d(HyperLayer):
         layer = cls(module.in_channels, module.out_channels, module.kernel_size, num_hparams, module.stride,
                     module.padding, module.dilation, module.groups, module.bias is not None, module.padding_mode,
                     device=w.device, dtype=w.dtype)
-        with torch.no_grad():
-            layer.weight.copy_(w)
-            if module.bias is not None:
-                layer.bias.copy_(module.bias)
-        return layer
+        return layer._copy_phi_0(module)
 
     def _conv(self, x: Tensor, weight: Tensor, bias: Tensor | None, groups: int) -> Tensor:
         if self.padding_mode != "zeros":
@@ -235,23 +245,10 @@ class HyperLinear(HyperLayer):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        if num_hparams < 1:
-            raise ValueError(f"num_hparams must be a positive int, got {num_hparams}")
+        self._check_num_hparams(num_hparams)
         ref = nn.Linear(in_features, out_features, bias, device=device, dtype=dtype)
         self.in_features, self.out_features, self.num_hparams = in_features, out_features, num_hparams
-        self.weight = nn.Parameter(ref.weight.detach().clone())
-        self.weight_u = nn.Parameter(torch.empty_like(ref.weight))
-        self.weight_v = nn.Parameter(torch.zeros(out_features, num_hparams, device=device, dtype=dtype))
-        _uniform_(self.weight_u.data, in_features)
-        if bias:
-            self.bias = nn.Parameter(ref.bias.detach().clone())
-            self.bias_u = nn.Parameter(torch.empty_like(ref.bias))
-            self.bias_v = nn.Parameter(torch.zeros(out_features, num_hparams, device=device, dtype=dtype))
-            _uniform_(self.bias_u.data, in_features)
-        else:
-            self.register_parameter("bias", None)
-            self.register_parameter("bias_u", None)
-            self.register_parameter("bias_v", None)
+        self._rank_one_factors(ref, fan_in=in_features)
 
     @classmethod
     def from_module(cls, module: nn.Linear, num_hparams: int) -> HyperLinear:
@@ -261,11 +258,7 @@ class HyperLinear(HyperLayer):
         w = module.weight
         layer = cls(module.in_features, module.out_features, num_hparams, module.bias is not None,
                     device=w.device, dtype=w.dtype)
-        with torch.no_grad():
-            layer.weight.copy_(w)
-            if module.bias is not None:
-                layer.bias.copy_(module.bias)
-        return layer
+        return layer._copy_phi_0(module)
 
     def forward(self, x: Tensor, hparams: Tensor | None = None) -> Tensor:
         hparams = self._resolve(x, hparams)
@@ -310,8 +303,7 @@ class HyperBatchNorm2d(HyperLayer):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        if num_hparams < 1:
-            raise ValueError(f"num_hparams must be a positive int, got {num_hparams}")
+        self._check_num_hparams(num_hparams)
         if num_features < 1:
             raise ValueError(f"num_features must be a positive int, got {num_features}")
         kw = {"device": device, "dtype": dtype}
