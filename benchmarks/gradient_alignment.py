@@ -257,7 +257,6 @@ def report(out: Path, command: str) -> str:
     seeds = sorted({r["seed"] for r in results})
     epochs = sorted({r["epoch"] for r in results})
     names = [n for n in results[0]["scores"] if n != IDENTITY and n not in CONTROLS]
-    head = "dot_head" in results[0]["scores"][IDENTITY]  # recorded since the second run
     lines = [
         "# Per-op gradient alignment along a training",
         "",
@@ -271,10 +270,9 @@ def report(out: Path, command: str) -> str:
         f"batches of {cfg['batch_size']}, every variant on all of a batch's images, flip, crop and Cutout drawn "
         "alike for every variant",
         "- `cos`: cosine of the augmented batch's gradient with `g_val` (Deep AutoAugment's score); `dot`: "
-        "`<g_aug, g_val> / |g_val|^2` (a one-step look-ahead's first-order gain)"
-        + ("; `dot_head`: the part of `dot` in the classifier's weights and bias" if head else "")
-        + ". Each: the variant minus `identity` on the same batch, mean and paired t over batches, per seed "
-        "(`s0 / s1 / ...`).",
+        "`<g_aug, g_val> / |g_val|^2` (a one-step look-ahead's first-order gain); `dot_head`: the part of "
+        "`dot` in the classifier's weights and bias. Each: the variant minus `identity` on the same batch, mean "
+        "and paired t over batches, per seed (`s0 / s1 / ...`).",
         "",
         "| epoch | seed | trunk val acc | identity cos | identity dot | variants with cos above identity (t > 2) "
         "| below (t < -2) | dot above (t > 2) | below (t < -2) |",
@@ -293,7 +291,7 @@ def report(out: Path, command: str) -> str:
             ident = r["scores"][IDENTITY]
             lines.append(f"| {epoch} | {seed} | {r['trunk_val_acc']:.3f} | {np.mean(ident['cos']):.3f} | "
                          f"{np.mean(ident['dot']):.3f} | {counts[0]} | {counts[1]} | {counts[2]} | {counts[3]} |")
-    for score in [k for k in ("cos", "dot", "dot_head") if k in results[0]["scores"][IDENTITY]]:
+    for score in ("cos", "dot", "dot_head"):
         lines += ["", f"## `{score}`: variant minus identity, mean (paired t), per seed", "",
                   "| variant | " + " | ".join(f"epoch {e}" for e in epochs) + " |",
                   "|---|" + "---|" * len(epochs)]
