@@ -279,3 +279,22 @@ def test_table_lookup_is_the_op(spec, data):
     expected = spec.kernel(images.float(), magnitude, ctx)  # the float-levels path, exact on uint8 images
     torch.testing.assert_close(lookup(images, table), expected.to(torch.uint8), rtol=0, atol=0)
     torch.testing.assert_close(spec.kernel(images, magnitude, ctx), expected.to(torch.uint8), rtol=0, atol=0)
+
+
+@SETTINGS
+@given(images=uint8_batches(max_batch=6), shared=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_flat_lookup_reads_the_same_pixels_as_the_gather(images, shared, seed):
+    # lookup() takes the int32 flat form on large CPU batches, the int64 gather on small ones and where the
+    # caller passes its index: the two must read the same table entry for every pixel, tables per channel
+    # or shared by the channels, laid out (B, C, 256) or (B, C, 1, 256).
+    from hba_augment.functional._kernels import _FLAT_LOOKUP_FROM, lookup, lookup_flat
+
+    b, c, h, w = images.shape
+    tables = torch.randint(0, 256, (b, 1 if shared else c, 1, 256), generator=gen(seed)).float()
+    index = images.reshape(b, c, h * w).long()
+    expected = tables.squeeze(2).expand(b, c, 256).gather(2, index).to(torch.uint8).view(b, c, h, w)
+    assert torch.equal(lookup_flat(images, tables), expected)
+    assert torch.equal(lookup_flat(images, tables.squeeze(2)), expected)
+    assert torch.equal(lookup(images, tables, index), expected)
+    large = images.repeat(-(-_FLAT_LOOKUP_FROM // images.numel()), 1, 1, 1)  # the flat form's size
+    assert torch.equal(lookup(large, tables.repeat(len(large) // b, 1, 1, 1)), expected.repeat(len(large) // b, 1, 1, 1))

@@ -55,6 +55,7 @@ __all__ = [
     "invert",
     "invert_table",
     "lookup",
+    "lookup_flat",
     "mean_of_grey",
     "nearest_index",
     "posterize",
@@ -372,14 +373,39 @@ def _ramp(device: torch.device) -> Tensor:
     return torch.arange(256, dtype=torch.float32, device=device).view(1, 1, 1, 256)
 
 
+# From how many values (B C H W) a CPU lookup without the caller's index reads the pixels as int32 offsets
+# into the flattened tables (``index_select``) instead of int64 levels (``gather``): below it, gather's
+# fewer calls win (two more here, about 7 us: one 32x32 RGB image, 12 against 20 us); from about sixteen
+# such images up the int64 cast's bytes cost more (0.75-0.9x the time at 32x32 from B = 32, 0.55-0.85x at
+# 224x224; benchmarks/lookup_kernel.py, benchmarks/RESULTS.md).
+_FLAT_LOOKUP_FROM = 16 * 3 * 32 * 32
+# Up to how many tables their int32 offsets (256 per table) stay below 2**31.
+_FLAT_LOOKUP_TABLES = 2**23 - 1
+
+
 def lookup(images: Tensor, table: Tensor, index: Tensor | None = None) -> Tensor:
     """``table[b, c, images[b, c, y, x]]``: uint8 ``(B, C, H, W)`` images through ``(B, C or 1, 1, 256)`` (or
     ``(B, C or 1, 256)``) tables of whole levels; returns uint8. ``index``: the images as ``(B, C, H W)``
-    int64, where the caller has them already (``None``: made here)."""
+    int64 (or int32), where the caller has them already (``None``: made here)."""
+    if (index is None and images.device.type == "cpu" and images.numel() >= _FLAT_LOOKUP_FROM
+            and images.shape[0] * images.shape[1] <= _FLAT_LOOKUP_TABLES):
+        return lookup_flat(images, table)
     b, c, h, w = images.shape
     table = table.to(torch.uint8).view(table.shape[0], table.shape[1], 256).expand(b, c, 256)
     index = images.reshape(b, c, h * w).long() if index is None else index
     return table.gather(2, index).view(b, c, h, w)
+
+
+def lookup_flat(images: Tensor, table: Tensor) -> Tensor:
+    """:func:`lookup` as one ``index_select`` from the ``B C`` tables laid end to end, each pixel read as
+    the int32 offset ``256 (b C + c) + level``: the same pixels. Why: ``gather`` takes its index as int64
+    (an int32 one is cast, ``benchmarks/index_dtype.py``), ``index_select`` reads int32 as such, so the
+    pixels are widened to 4 bytes instead of 8."""
+    b, c, h, w = images.shape
+    flat = table.to(torch.uint8).view(table.shape[0], table.shape[1], 256).expand(b, c, 256).reshape(-1)
+    starts = torch.arange(0, b * c * 256, 256, dtype=torch.int32, device=images.device).view(b * c, 1)
+    offsets = images.reshape(b * c, h * w).to(torch.int32).add_(starts)
+    return flat.index_select(0, offsets.view(-1)).view(b, c, h, w)
 
 
 def identity_table(batch: int, device: torch.device) -> Tensor:
