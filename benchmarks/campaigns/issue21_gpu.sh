@@ -33,7 +33,8 @@ export HBA_DATA_DIR=$data
 # fused campaign's gate; cuda_tests runs them too, among the rest); speed_fused, the campaign's own layout for test-seeds3-11
 # probed fused (3 processes of 9 seeds each, 5 epochs per mode), and pick_fused, which compares it with the
 # H200's committed probe of 8 plain processes and writes the gpu_campaign.py options it chooses to flags.txt
-# (empty: fusing does not pay there). The commands of a family share a helper: (grid, name[, options]) for the
+# (empty: fusing does not pay there); lookup_kernel, whether the int32 flat lookup that the CPU takes for large
+# batches (lookup_kernel.py) would pay on the GPU too. The commands of a family share a helper: (grid, name[, options]) for the
 # compiled rows, (name[, option]) for the others.
 throughput="python3 benchmarks/cuda_throughput.py --commit $commit"
 compiled() { echo "$throughput --grid $1 --compile${3:+ $3} --out $out/cuda_compiled_$2"; }
@@ -50,7 +51,7 @@ cpu_rules='--compile-options {"options":{"realize_opcount_threshold":50,"realize
 declare -A limit=([cuda_tests]=90 [fused_models]=200 [train_fused8]=240 [fused_models_nchw]=90 [compiled_224]=150 [compiled_32_65536]=150 [compiled_32_1024]=120
   [search_cost]=120 [search_cost_graphs]=120 [train_plain]=220 [train_cuda_graphs]=220 [train_compile]=240
   [eager_grid]=120 [compiled_224_t4]=150 [compiled_224_cpu_rules]=150 [index_dtype]=40
-  [cuda_fused_tests]=60 [speed_fused]=200 [pick_fused]=20)
+  [cuda_fused_tests]=60 [speed_fused]=200 [pick_fused]=20 [lookup_kernel]=40)
 declare -A run=(
   [cuda_tests]="python3 -m pytest -q -p no:cacheprovider -m cuda"
   [fused_models]="python3 benchmarks/fused_models.py --device cuda --amp --channels-last --members 1,4,8,16
@@ -70,6 +71,7 @@ declare -A run=(
   [compiled_224_t4]=$(compiled 224:1024 224_1024_t4 '--compile-options {"options":{"realize_reads_threshold":4}}')
   [compiled_224_cpu_rules]=$(compiled 224:1024 224_1024_cpu_rules "$cpu_rules")
   [index_dtype]="python3 benchmarks/index_dtype.py --device cuda --out $out/index_dtype"
+  [lookup_kernel]="python3 benchmarks/lookup_kernel.py --device cuda --out $out/lookup_kernel"
   [cuda_fused_tests]="python3 -m pytest -q -p no:cacheprovider -m cuda tests/test_fused.py tests/test_fused_population.py"
   [speed_fused]="python3 benchmarks/train_speed.py --dataset cifar10 --data-dir $data --procs 3 --lanes 9 --fuse
     --epochs graphs=5,eager=5 --timeout 90 --out $out/speed_fused"
