@@ -375,9 +375,9 @@ def _ramp(device: torch.device) -> Tensor:
 
 # From how many values (B C H W) a CPU lookup without the caller's index reads the pixels as int32 offsets
 # into the flattened tables (``index_select``) instead of int64 levels (``gather``): below it, gather's
-# fewer calls win (two more here, about 7 us: one 32x32 RGB image, 12 against 20 us); from about sixteen
-# such images up the int64 cast's bytes cost more (0.75-0.9x the time at 32x32 from B = 32, 0.55-0.85x at
-# 224x224; benchmarks/lookup_kernel.py, benchmarks/RESULTS.md).
+# fewer calls win (two more here: one 32x32 RGB image, 15 against 22 us); from about sixteen such images up
+# the int64 cast's bytes cost more (flat: 0.97x the gather's time at B = 16, 0.86-0.90x from B = 32 at
+# 32x32, 0.53-0.86x at 224x224; benchmarks/results/lookup_kernel_cpu.md).
 _FLAT_LOOKUP_FROM = 16 * 3 * 32 * 32
 # Up to how many tables their int32 offsets (256 per table) stay below 2**31.
 _FLAT_LOOKUP_TABLES = 2**23 - 1
