@@ -25,8 +25,6 @@ writes ``OUT.json`` and ``OUT.md``.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import statistics
 import sys
 import time
@@ -36,7 +34,7 @@ import torch
 from torch import Tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from throughput import git_commit, machine_info
+from throughput import write_shape_rows
 
 from hba_augment.functional import _kernels  # the kernels timed, not a copy of them
 
@@ -92,35 +90,14 @@ def main(argv: list[str] | None = None) -> None:
     device = torch.device(args.device)
     shapes = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")]
     rows = [{"batch": b, "side": s, **time_shape(b, s, device, args.repeats)} for b, s in shapes]
-    record = {
-        "command": " ".join(sys.argv),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "commit": git_commit(),
-        "device": str(device),
-        "machine": machine_info(torch.get_num_threads()),
-        "repeats": args.repeats,
-        "rows": rows,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
-    lines = [
-        f"# Lookup and histogram with int64 and int32 indices ({device})",
-        "",
-        f"`{record['command']}`, {record['date']}, commit {record['commit']}, "
-        f"{record['machine']['cuda'] if device.type == 'cuda' else record['machine']['cpu']}, "
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads; median of {args.repeats}.",
-        "",
-        "| B | side | int64 (ms) | int32 (ms) | int32 / int64 |",
-        "|---|---|---|---|---|",
-    ]
-    for row in rows:
-        lines.append(
-            f"| {row['batch']} | {row['side']} | {row['int64'] * 1e3:.3f} | {row['int32'] * 1e3:.3f} | "
-            f"{row['int32'] / row['int64']:.2f} |"
-        )
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-
+    write_shape_rows(
+        args.out, " ".join(sys.argv), device, args.repeats, rows,
+        title=f"Lookup and histogram with int64 and int32 indices ({device})",
+        header=f"median of {args.repeats}.",
+        columns="| B | side | int64 (ms) | int32 (ms) | int32 / int64 |",
+        row_line=lambda row: (f"| {row['batch']} | {row['side']} | {row['int64'] * 1e3:.3f} | "
+                              f"{row['int32'] * 1e3:.3f} | {row['int32'] / row['int64']:.2f} |"),
+    )
 
 if __name__ == "__main__":
     main()

@@ -24,8 +24,6 @@ writes ``OUT.json`` and ``OUT.md``.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import statistics
 import sys
 import time
@@ -36,7 +34,7 @@ import torch
 from torch import Tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from throughput import git_commit, machine_info
+from throughput import write_shape_rows
 
 from hba_augment.functional import _kernels  # the kernels timed, not a copy of them
 
@@ -94,38 +92,16 @@ def main(argv: list[str] | None = None) -> None:
     device = torch.device(args.device)
     shapes = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")]
     rows = [{"batch": b, "side": s, **time_shape(b, s, device, args.repeats)} for b, s in shapes]
-    record = {
-        "command": " ".join(sys.argv if argv is None else ["benchmarks/lookup_kernel.py", *argv]),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "commit": git_commit(),
-        "device": str(device),
-        "machine": machine_info(torch.get_num_threads()),
-        "flat_from_values": _kernels._FLAT_LOOKUP_FROM,
-        "repeats": args.repeats,
-        "rows": rows,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
-    lines = [
-        f"# The uint8 lookup: int64 gather against int32 flat index_select ({device})",
-        "",
-        f"`python {record['command']}`, {record['date']}, commit {record['commit']}, "
-        f"{record['machine']['cuda'] if device.type == 'cuda' else record['machine']['cpu']}, "
-        f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); median of {args.repeats}, "
-        f"the forms alternated. `lookup` takes the flat form on the CPU from "
-        f"{_kernels._FLAT_LOOKUP_FROM:,} values (B x 3 x side^2) up.",
-        "",
-        "| B | side | gather, int64 (us) | flat, int32 (us) | flat / gather |",
-        "|---|---|---|---|---|",
-    ]
-    for row in rows:
-        lines.append(
-            f"| {row['batch']} | {row['side']} | {row['gather'] * 1e6:.1f} | {row['flat'] * 1e6:.1f} | "
-            f"{row['flat'] / row['gather']:.2f} |"
-        )
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-
+    write_shape_rows(
+        args.out, "python " + " ".join(sys.argv if argv is None else ["benchmarks/lookup_kernel.py", *argv]),
+        device, args.repeats, rows, flat_from_values=_kernels._FLAT_LOOKUP_FROM,
+        title=f"The uint8 lookup: int64 gather against int32 flat index_select ({device})",
+        header=(f"median of {args.repeats}, the forms alternated. `lookup` takes the flat form on the CPU from "
+                f"{_kernels._FLAT_LOOKUP_FROM:,} values (B x 3 x side^2) up."),
+        columns="| B | side | gather, int64 (us) | flat, int32 (us) | flat / gather |",
+        row_line=lambda row: (f"| {row['batch']} | {row['side']} | {row['gather'] * 1e6:.1f} | "
+                              f"{row['flat'] * 1e6:.1f} | {row['flat'] / row['gather']:.2f} |"),
+    )
 
 if __name__ == "__main__":
     main()

@@ -115,6 +115,39 @@ def machine_info(threads: int) -> dict:
     }
 
 
+def write_shape_rows(out: Path, command: str, device: torch.device, repeats: int, rows: list[dict],
+                     title: str, header: str, columns: str, row_line, **extra) -> None:
+    """Write a per-shape timing record: ``OUT.json`` (command, date, commit, device, machine, ``extra``,
+    repeats, rows) and ``OUT.md`` (``title``; the run's line, then ``header``; a table with ``columns``
+    (``"| a | b |"``) and ``row_line(row)`` for each row), and print the markdown. For the small kernel
+    benchmarks that time candidates per (batch, side) shape (``index_dtype.py``, ``lookup_kernel.py``)."""
+    record = {
+        "command": command,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": git_commit(),
+        "device": str(device),
+        "machine": machine_info(torch.get_num_threads()),
+        **extra,
+        "repeats": repeats,
+        "rows": rows,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
+    machine = record["machine"]["cuda"] if device.type == "cuda" else record["machine"]["cpu"]
+    lines = [
+        f"# {title}",
+        "",
+        f"`{command}`, {record['date']}, commit {record['commit']}, {machine}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} thread(s); {header}",
+        "",
+        columns,
+        "|" + "---|" * columns.count(" | ") + "---|",
+        *(row_line(row) for row in rows),
+    ]
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def git_commit() -> str:
     try:
         commit = subprocess.run(
