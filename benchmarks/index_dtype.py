@@ -99,5 +99,6 @@ def main(argv: list[str] | None = None) -> None:
                               f"{row['int32'] * 1e3:.3f} | {row['int32'] / row['int64']:.2f} |"),
     )
 
+
 if __name__ == "__main__":
     main()

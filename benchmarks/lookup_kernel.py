@@ -103,5 +103,6 @@ def main(argv: list[str] | None = None) -> None:
                               f"{row['flat'] * 1e6:.1f} | {row['flat'] / row['gather']:.2f} |"),
     )
 
+
 if __name__ == "__main__":
     main()

@@ -116,7 +116,7 @@ def machine_info(threads: int) -> dict:
 
 
 def write_shape_rows(out: Path, command: str, device: torch.device, repeats: int, rows: list[dict],
-                     title: str, header: str, columns: str, row_line, **extra) -> None:
+                     title: str, header: str, columns: str, row_line: Callable[[dict], str], **extra) -> None:
     """Write a per-shape timing record: ``OUT.json`` (command, date, commit, device, machine, ``extra``,
     repeats, rows) and ``OUT.md`` (``title``; the run's line, then ``header``; a table with ``columns``
     (``"| a | b |"``) and ``row_line(row)`` for each row), and print the markdown. For the small kernel

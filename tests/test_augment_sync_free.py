@@ -556,3 +556,24 @@ def test_the_compiled_pixel_work_views_no_bool_tensor_as_bytes(cifar_images, mon
     torch._dynamo.reset()
     augment(cifar_images[:8], prob, mag, generator=torch.Generator().manual_seed(0), compile={"backend": backend})
     assert torch.bool not in views, views
+
+
+def test_the_lookup_takes_the_flat_form_on_large_cpu_batches_only():
+    # The flat form's pixels equal the gather's (test_ops_properties); this checks which one each size runs:
+    # one image below _FLAT_LOOKUP_FROM through the int64 gather, a batch at it through the int32 index_select,
+    # and a caller's own index always through the gather.
+    from hba_augment.functional._kernels import _FLAT_LOOKUP_FROM, lookup
+
+    def ops(batch: int, with_index: bool = False) -> list[str]:
+        images = torch.randint(0, 256, (batch, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+        tables = torch.rand(batch, 3, 1, 256).mul(255)
+        index = images.reshape(batch, 3, 1024).long() if with_index else None
+        recorder = _Recorder()
+        with recorder:
+            lookup(images, tables, index)
+        return recorder.ops
+
+    large = _FLAT_LOOKUP_FROM // (3 * 32 * 32)
+    assert "gather" in ops(1) and "index_select" not in ops(1)
+    assert "index_select" in ops(large) and "gather" not in ops(large)
+    assert "gather" in ops(large, with_index=True) and "index_select" not in ops(large, with_index=True)

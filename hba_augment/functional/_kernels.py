@@ -387,13 +387,13 @@ def lookup(images: Tensor, table: Tensor, index: Tensor | None = None) -> Tensor
     """``table[b, c, images[b, c, y, x]]``: uint8 ``(B, C, H, W)`` images through ``(B, C or 1, 1, 256)`` (or
     ``(B, C or 1, 256)``) tables of whole levels; returns uint8. ``index``: the images as ``(B, C, H W)``
     int64 (or int32), where the caller has them already (``None``: made here)."""
-    if (index is None and images.device.type == "cpu" and images.numel() >= _FLAT_LOOKUP_FROM
+    # (the size first: single images, the per-image path, stop there)
+    if (index is None and images.numel() >= _FLAT_LOOKUP_FROM and images.device.type == "cpu"
             and images.shape[0] * images.shape[1] <= _FLAT_LOOKUP_TABLES):
         return lookup_flat(images, table)
     b, c, h, w = images.shape
-    table = table.to(torch.uint8).view(table.shape[0], table.shape[1], 256).expand(b, c, 256)
     index = images.reshape(b, c, h * w).long() if index is None else index
-    return table.gather(2, index).view(b, c, h, w)
+    return _uint8_tables(table, b, c).gather(2, index).view(b, c, h, w)
 
 
 def lookup_flat(images: Tensor, table: Tensor) -> Tensor:
@@ -402,10 +402,14 @@ def lookup_flat(images: Tensor, table: Tensor) -> Tensor:
     (an int32 one is cast, ``benchmarks/index_dtype.py``), ``index_select`` reads int32 as such, so the
     pixels are widened to 4 bytes instead of 8."""
     b, c, h, w = images.shape
-    flat = table.to(torch.uint8).view(table.shape[0], table.shape[1], 256).expand(b, c, 256).reshape(-1)
     starts = torch.arange(0, b * c * 256, 256, dtype=torch.int32, device=images.device).view(b * c, 1)
     offsets = images.reshape(b * c, h * w).to(torch.int32).add_(starts)
-    return flat.index_select(0, offsets.view(-1)).view(b, c, h, w)
+    return _uint8_tables(table, b, c).reshape(-1).index_select(0, offsets.view(-1)).view(b, c, h, w)
+
+
+def _uint8_tables(table: Tensor, b: int, c: int) -> Tensor:
+    """:func:`lookup`'s tables as uint8 ``(B, C, 256)`` (channels expanded where the tables are shared)."""
+    return table.to(torch.uint8).view(table.shape[0], table.shape[1], 256).expand(b, c, 256)
 
 
 def identity_table(batch: int, device: torch.device) -> Tensor:
