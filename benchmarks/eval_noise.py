@@ -1,0 +1,230 @@
+"""How much of one run's noise is the test set's? Image by image agreement of runs that differ only by seed
+(issue 20's decisions).
+
+At paper scale one run's test error varies by about 0.35 points from seed to seed, so telling two policies
+0.4 apart takes about 12 seeds of each (``benchmarks/RESULTS.md``, "How many seeds a decision needs"). Part
+of that noise may not be the networks at all but the 10,000 test images: if two runs of one policy are
+equally good networks that get *different* images wrong, their test errors differ by chance by about
+``sqrt(d / N)``, ``d`` the fraction of the ``N`` images exactly one of them gets right (each image a coin of
+its own: Jordan 2023, "On the variance of neural network training and testing"). That part shrinks with
+more images, and Reduced CIFAR-10 leaves 46,000 training images unused: a held-out pool (``--eval-split
+val`` of ``hba-augment train``). The rest, how far apart the networks really are, does not.
+
+For every finished run given (a ``hba-augment train --out`` folder with ``result.json`` and
+``checkpoint.pt``), this evaluates the final network on its test set and on the pool (the train split less
+the run's training images), image by image, and keeps which images it got right (``<out>/correct/``, one
+``.npz`` a run: a rerun of the report evaluates nothing again). Runs whose settings differ only by
+``seed`` form a group; for every pair in a group it reports, on each set, the difference of errors
+``delta``, the disagreement ``d``, the chance part ``sqrt(d / N)`` and ``z = delta / sqrt(d / N)``. Over all
+pairs, ``mean z^2`` near 1 says the seeds differ by the images' chance alone (then the pool's 4.6x more
+images cut one run's noise about 2.1x); well above 1, by the networks (the excess, ``mean(delta^2 - d/N)``,
+is their own variance, which no evaluation set removes).
+
+Usage::
+
+    python benchmarks/eval_noise.py benchmarks/results/proxy_200ep/runs/*-seed* \\
+        benchmarks/results/proxy_wrn16_2/runs/*-seed* --out benchmarks/results/eval_noise [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import itertools
+import json
+import math
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from throughput import git_commit  # noqa: E402
+
+from hba_augment._runner import Standardisation  # noqa: E402
+from hba_augment.models import create_model  # noqa: E402
+from hba_augment.train.config import TrainConfig  # noqa: E402
+from hba_augment.train.trainer import load_data  # noqa: E402
+
+__all__ = ["chance_sd", "main", "pair_stats"]
+
+SETS = ("test", "pool")
+
+
+def chance_sd(a: np.ndarray, b: np.ndarray) -> float:
+    """The part of ``error(a) - error(b)`` (percent) that the images' chance alone gives: ``100 sqrt(d / N)``,
+    ``d`` the fraction of the ``N`` images exactly one run gets right (``a``, ``b``: bool, right or not)."""
+    return 100.0 * math.sqrt(np.mean(a != b) / a.size)
+
+
+def pair_stats(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
+    """``delta`` (percent, error of a less b), ``d`` (disagreement), ``chance`` and ``z`` of two runs."""
+    delta = 100.0 * (np.mean(~a) - np.mean(~b))
+    chance = chance_sd(a, b)
+    return {"delta": delta, "d": float(np.mean(a != b)), "chance": chance,
+            "z": delta / chance if chance > 0 else 0.0}
+
+
+def _config(record: dict[str, Any], eval_split: str, pool_size: int | None) -> TrainConfig:
+    """The run's settings, testing on ``eval_split`` (``"val"``: the pool, ``pool_size`` images or all)."""
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    values = {k: v for k, v in record["config"].items() if k in names and k != "preset"}
+    values.update(eval_split=eval_split, test_size=pool_size if eval_split == "val" else values.get("test_size"))
+    if isinstance(values.get("classes"), list):
+        values["classes"] = tuple(values["classes"])
+    return TrainConfig.from_preset(record["config"]["preset"], **values)
+
+
+def _group_key(record: dict[str, Any]) -> str:
+    """What a run is, but for its seed (runs of one group are seeds of one experiment)."""
+    config = {k: v for k, v in record["config"].items() if k in {f.name for f in dataclasses.fields(TrainConfig)}}
+    for k in ("seed", "device", "num_workers", "eval_every", "eval_batch_size", "checkpoint_every", "compile",
+              "data_dir"):
+        config.pop(k, None)
+    return json.dumps(config, sort_keys=True)
+
+
+@torch.no_grad()
+def _correct(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, normalise: Standardisation,
+             channels_last: bool, amp: bool, batch_size: int = 500) -> np.ndarray:
+    """Which images ``model`` gets right, bool ``(N,)``: the trainer's test (its batch size, layout,
+    standardisation and autocast) image by image."""
+    model.eval()
+    device = next(model.parameters()).device
+    right = []
+    for start in range(0, len(labels), batch_size):
+        x = normalise(images[start : start + batch_size].to(device))
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+            logits = model(x)
+        right.append(logits.argmax(1) == labels[start : start + batch_size].to(device))
+    return torch.cat(right).cpu().numpy()
+
+
+def _evaluate(run: Path, record: dict[str, Any], data: dict[tuple, Any], pool_size: int | None,
+              device: torch.device) -> dict[str, np.ndarray]:
+    """Which images of the test set and of the pool the final network of ``run`` gets right."""
+    std = record["config"]["standardisation"]  # the run's own, as recorded (not recomputed)
+    mean, sd = torch.tensor(std["mean"]), torch.tensor(std["std"])
+    normalise = Standardisation(mean, sd, (1.0 / (255.0 * sd)).to(device)[None, :, None, None],
+                                (-mean / sd).to(device)[None, :, None, None])
+    state = torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=False)
+    out = {}
+    for name, split in zip(SETS, ("test", "val"), strict=True):
+        cfg = _config(record, split, pool_size)
+        key = (cfg.dataset, str(Path(cfg.data_dir).resolve()), cfg.train_size, cfg.test_size, cfg.subset_seed, split,
+               cfg.image_size, cfg.classes)
+        if key not in data:
+            data[key] = load_data(cfg)[1]
+        held = data[key]
+        model = create_model(cfg.model, len(held.classes))
+        model.load_state_dict(state["model"])
+        model = model.to(device)
+        if cfg.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        out[name] = _correct(model, held.images, held.labels, normalise, cfg.channels_last, cfg.amp)
+    return out
+
+
+def _label(run: Path) -> str:
+    return f"{run.parent.parent.name}/{run.name}" if run.parent.name == "runs" else run.name
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("runs", nargs="+", type=Path, help="finished hba-augment train --out folders")
+    parser.add_argument("--out", type=Path, required=True, help="folder of the report and correct/*.npz")
+    parser.add_argument("--pool-size", type=int, default=None,
+                        help="held-out pool: a class-balanced subset of this many of the unused training images "
+                             "(default: all of them)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--device", default="cpu", help="torch device of the evaluation (runs on a GPU: its "
+                        "rounding differs, so the recomputed test error may differ from the recorded one by an image)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    (args.out / "correct").mkdir(parents=True, exist_ok=True)
+
+    data: dict[tuple, Any] = {}
+    runs, groups = {}, defaultdict(list)
+    for run in sorted(args.runs):
+        label = _label(run)
+        file = args.out / "correct" / (label.replace("/", "__") + ".npz")
+        if not (run / "result.json").is_file() or not (file.is_file() or (run / "checkpoint.pt").is_file()):
+            print(f"skipped (not finished, or no checkpoint): {run}", flush=True)
+            continue
+        record = json.loads((run / "result.json").read_text())
+        request = -1 if args.pool_size is None else args.pool_size
+        if file.is_file():  # evaluated before: a report joins runs of several calls
+            with np.load(file) as saved:
+                if int(saved["pool_request"]) != request:
+                    raise SystemExit(f"{file} holds a pool of --pool-size {int(saved['pool_request'])} (-1: all), "
+                                     f"not {request}: use another --out")
+                right = {name: np.unpackbits(saved[name], count=int(saved[f"{name}_n"])).astype(bool) for name in SETS}
+        else:
+            right = _evaluate(run, record, data, args.pool_size, torch.device(args.device))
+            np.savez_compressed(file, pool_request=request, **{name: np.packbits(right[name]) for name in SETS},
+                                **{f"{name}_n": right[name].size for name in SETS})
+        runs[label] = (record, right)
+        groups[_group_key(record)].append(label)
+        print(f"{label}: test {100 * np.mean(~right['test']):.2f} (recorded {record['test_error']:.2f}), "
+              f"pool {100 * np.mean(~right['pool']):.2f}", flush=True)
+
+    pairs = []
+    for labels in groups.values():
+        for a, b in itertools.combinations(labels, 2):
+            pairs.append((a, b, {name: pair_stats(runs[a][1][name], runs[b][1][name]) for name in SETS}))
+    _write(args, sys.argv[1:] if argv is None else argv, runs, pairs)
+
+
+def _write(args: argparse.Namespace, argv: list[str], runs: dict, pairs: list) -> None:
+    lines = [
+        "# Image by image agreement of runs that differ only by seed (`benchmarks/eval_noise.py`)\n",
+        f"- Command: `python benchmarks/eval_noise.py {' '.join(argv)}`",
+        f"- Date: {datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds')}; commit {git_commit()}; "
+        f"torch {torch.__version__}, device {args.device}, {args.threads} CPU thread(s)",
+        "- test: the run's own test set; pool: the train split less the run's training images (`--eval-split val`)",
+        "",
+        "| run | test images | test error (%) (recorded) | pool images | pool error (%) |",
+        "|---|---|---|---|---|",
+    ]
+    for label, (record, right) in runs.items():
+        lines.append(f"| {label} | {right['test'].size:,} | {100 * np.mean(~right['test']):.2f} "
+                     f"({record['test_error']:.2f}) | {right['pool'].size:,} | {100 * np.mean(~right['pool']):.2f} |")
+    lines += ["", "Pairs of runs that differ only by seed: `delta` = error of the first less the second (points), "
+              "`d` = fraction of images exactly one gets right, `chance` = 100 sqrt(d / N), `z` = delta / chance.",
+              "", "| pair | test delta | test d | test chance | test z | pool delta | pool d | pool chance | pool z |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for a, b, stats in pairs:
+        t, p = stats["test"], stats["pool"]
+        lines.append(f"| {a} - {b} | {t['delta']:+.2f} | {t['d']:.3f} | {t['chance']:.2f} | {t['z']:+.2f} | "
+                     f"{p['delta']:+.2f} | {p['d']:.3f} | {p['chance']:.2f} | {p['z']:+.2f} |")
+    summary = {}
+    if pairs:
+        lines += ["", "| set | pairs | mean z^2 | sd of delta (points) | its chance part | the networks' part "
+                  "mean(delta^2 - chance^2), points^2 |", "|---|---|---|---|---|---|"]
+        for name in SETS:
+            stats = [s[name] for _, _, s in pairs]
+            z2 = float(np.mean([s["z"] ** 2 for s in stats]))
+            sd = math.sqrt(np.mean([s["delta"] ** 2 for s in stats]))
+            chance = math.sqrt(np.mean([s["chance"] ** 2 for s in stats]))
+            excess = float(np.mean([s["delta"] ** 2 - s["chance"] ** 2 for s in stats]))
+            summary[name] = {"pairs": len(stats), "mean_z2": z2, "sd_delta": sd, "chance": chance, "excess": excess}
+            lines.append(f"| {name} | {len(stats)} | {z2:.2f} | {sd:.2f} | {chance:.2f} | {excess:+.3f} |")
+    (args.out / "eval_noise.md").write_text("\n".join(lines) + "\n")
+    (args.out / "eval_noise.json").write_text(json.dumps(
+        {"runs": {label: {"test_error": 100 * float(np.mean(~r["test"])), "pool_error": 100 * float(np.mean(~r["pool"])),
+                          "recorded_test_error": rec["test_error"]} for label, (rec, r) in runs.items()},
+         "pairs": [{"a": a, "b": b, **s} for a, b, s in pairs], "summary": summary}, indent=1) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
