@@ -72,10 +72,13 @@ def pair_stats(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
 
 
 def _config(record: dict[str, Any], eval_split: str, pool_size: int | None) -> TrainConfig:
-    """The run's settings, testing on ``eval_split`` (``"val"``: the pool, ``pool_size`` images or all)."""
+    """The run's settings, testing on ``eval_split``: ``"test"``, the test split (the run's own test set if it
+    tested there); ``"val"``, the pool (``pool_size`` images, or all)."""
     names = {f.name for f in dataclasses.fields(TrainConfig)}
     values = {k: v for k, v in record["config"].items() if k in names and k != "preset"}
-    values.update(eval_split=eval_split, test_size=pool_size if eval_split == "val" else values.get("test_size"))
+    own = values.get("eval_split", "test") == eval_split == "test"
+    values.update(eval_split=eval_split, test_size=pool_size if eval_split == "val" else
+                  values.get("test_size") if own else None)
     if isinstance(values.get("classes"), list):
         values["classes"] = tuple(values["classes"])
     return TrainConfig.from_preset(record["config"]["preset"], **values)
@@ -116,7 +119,7 @@ def _evaluate(run: Path, record: dict[str, Any], data: dict[tuple, Any], pool_si
     normalise = Standardisation(mean, sd, (1.0 / (255.0 * sd)).to(device)[None, :, None, None],
                                 (-mean / sd).to(device)[None, :, None, None])
     state = torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=False)
-    out = {}
+    out, model = {}, None
     for name, split in zip(SETS, ("test", "val"), strict=True):
         cfg = _config(record, split, pool_size)
         key = (cfg.dataset, str(Path(cfg.data_dir).resolve()), cfg.train_size, cfg.test_size, cfg.subset_seed, split,
@@ -124,13 +127,21 @@ def _evaluate(run: Path, record: dict[str, Any], data: dict[tuple, Any], pool_si
         if key not in data:
             data[key] = load_data(cfg)[1]
         held = data[key]
-        model = create_model(cfg.model, len(held.classes))
-        model.load_state_dict(state["model"])
-        model = model.to(device)
-        if cfg.channels_last:
-            model = model.to(memory_format=torch.channels_last)
+        if model is None:
+            model = create_model(cfg.model, len(held.classes))
+            model.load_state_dict(state["model"])
+            model = model.to(device, memory_format=torch.channels_last if cfg.channels_last else torch.contiguous_format)
         out[name] = _correct(model, held.images, held.labels, normalise, cfg.channels_last, cfg.amp)
     return out
+
+
+def _tested(record: dict[str, Any]) -> bool:
+    """Whether the run's recorded error is the test split's (not a validation run's)."""
+    return record["config"].get("eval_split", "test") == "test"
+
+
+def _recorded(record: dict[str, Any]) -> str:
+    return f"{record['test_error']:.2f}" if _tested(record) else "a validation run"
 
 
 def _label(run: Path) -> str:
@@ -174,7 +185,7 @@ def main(argv: list[str] | None = None) -> None:
                                 **{f"{name}_n": right[name].size for name in SETS})
         runs[label] = (record, right)
         groups[_group_key(record)].append(label)
-        print(f"{label}: test {100 * np.mean(~right['test']):.2f} (recorded {record['test_error']:.2f}), "
+        print(f"{label}: test {100 * np.mean(~right['test']):.2f} (recorded {_recorded(record)}), "
               f"pool {100 * np.mean(~right['pool']):.2f}", flush=True)
 
     pairs = []
@@ -197,7 +208,7 @@ def _write(args: argparse.Namespace, argv: list[str], runs: dict, pairs: list) -
     ]
     for label, (record, right) in runs.items():
         lines.append(f"| {label} | {right['test'].size:,} | {100 * np.mean(~right['test']):.2f} "
-                     f"({record['test_error']:.2f}) | {right['pool'].size:,} | {100 * np.mean(~right['pool']):.2f} |")
+                     f"({_recorded(record)}) | {right['pool'].size:,} | {100 * np.mean(~right['pool']):.2f} |")
     lines += ["", "Pairs of runs that differ only by seed: `delta` = error of the first less the second (points), "
               "`d` = fraction of images exactly one gets right, `chance` = 100 sqrt(d / N), `z` = delta / chance.",
               "", "| pair | test delta | test d | test chance | test z | pool delta | pool d | pool chance | pool z |",
@@ -221,7 +232,7 @@ def _write(args: argparse.Namespace, argv: list[str], runs: dict, pairs: list) -
     (args.out / "eval_noise.md").write_text("\n".join(lines) + "\n")
     (args.out / "eval_noise.json").write_text(json.dumps(
         {"runs": {label: {"test_error": 100 * float(np.mean(~r["test"])), "pool_error": 100 * float(np.mean(~r["pool"])),
-                          "recorded_test_error": rec["test_error"]} for label, (rec, r) in runs.items()},
+                          "recorded_test_error": rec["test_error"] if _tested(rec) else None} for label, (rec, r) in runs.items()},
          "pairs": [{"a": a, "b": b, **s} for a, b, s in pairs], "summary": summary}, indent=1) + "\n")
     print("\n".join(lines))
 
