@@ -45,14 +45,14 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from throughput import git_commit  # noqa: E402
+from throughput import git_commit, machine_info  # noqa: E402
 
 from hba_augment._runner import Standardisation  # noqa: E402
 from hba_augment.models import create_model  # noqa: E402
 from hba_augment.train.config import TrainConfig  # noqa: E402
 from hba_augment.train.trainer import load_data  # noqa: E402
 
-__all__ = ["chance_sd", "main", "pair_stats"]
+__all__ = ["chance_sd", "class_agreement", "class_errors", "main", "pair_stats"]
 
 SETS = ("test", "pool")
 
@@ -61,6 +61,24 @@ def chance_sd(a: np.ndarray, b: np.ndarray) -> float:
     """The part of ``error(a) - error(b)`` (percent) that the images' chance alone gives: ``100 sqrt(d / N)``,
     ``d`` the fraction of the ``N`` images exactly one run gets right (``a``, ``b``: bool, right or not)."""
     return 100.0 * math.sqrt(np.mean(a != b) / a.size)
+
+
+def class_errors(right: np.ndarray, labels: np.ndarray, classes: int) -> np.ndarray:
+    """Error (percent) on each class, ``(classes,)``; NaN for a class without images."""
+    wrong = np.bincount(labels[~right], minlength=classes)
+    count = np.bincount(labels, minlength=classes)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return 100.0 * wrong / count
+
+
+def class_agreement(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
+    """Pearson's r between two runs' per-class differences of error on the test set and on the pool: near 1,
+    the seeds' networks favour the same classes on both (their difference is the networks'); near 0, chance."""
+    test, pool = a["test_classes"] - b["test_classes"], a["pool_classes"] - b["pool_classes"]
+    keep = np.isfinite(test) & np.isfinite(pool)
+    if keep.sum() < 3 or test[keep].std() == 0 or pool[keep].std() == 0:
+        return float("nan")
+    return float(np.corrcoef(test[keep], pool[keep])[0, 1])
 
 
 def pair_stats(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
@@ -113,7 +131,8 @@ def _correct(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor,
 
 def _evaluate(run: Path, record: dict[str, Any], data: dict[tuple, Any], pool_size: int | None,
               device: torch.device) -> dict[str, np.ndarray]:
-    """Which images of the test set and of the pool the final network of ``run`` gets right."""
+    """Which images of the test set and of the pool the final network of ``run`` gets right (``"test"``,
+    ``"pool"``), and its error (percent) on each class of each (``"test_classes"``, ``"pool_classes"``)."""
     std = record["config"]["standardisation"]  # the run's own, as recorded (not recomputed)
     mean, sd = torch.tensor(std["mean"]), torch.tensor(std["std"])
     normalise = Standardisation(mean, sd, (1.0 / (255.0 * sd)).to(device)[None, :, None, None],
@@ -132,7 +151,20 @@ def _evaluate(run: Path, record: dict[str, Any], data: dict[tuple, Any], pool_si
             model.load_state_dict(state["model"])
             model = model.to(device, memory_format=torch.channels_last if cfg.channels_last else torch.contiguous_format)
         out[name] = _correct(model, held.images, held.labels, normalise, cfg.channels_last, cfg.amp)
+        out[f"{name}_classes"] = class_errors(out[name], held.labels.numpy(), len(held.classes))
     return out
+
+
+def _device_name(device: str) -> str:
+    if torch.device(device).type == "cuda":
+        return torch.cuda.get_device_name(torch.device(device))
+    info = machine_info(torch.get_num_threads())
+    return f"CPU: {info['cpu']}, {info['cores']} cores"
+
+
+def _setup(record: dict[str, Any]) -> str:
+    """How a summary row names a group's network and length."""
+    return f"{record['config']['model']}, {record['config']['epochs']} epochs"
 
 
 def _tested(record: dict[str, Any]) -> bool:
@@ -179,10 +211,12 @@ def main(argv: list[str] | None = None) -> None:
                     raise SystemExit(f"{file} holds a pool of --pool-size {int(saved['pool_request'])} (-1: all), "
                                      f"not {request}: use another --out")
                 right = {name: np.unpackbits(saved[name], count=int(saved[f"{name}_n"])).astype(bool) for name in SETS}
+                right.update({f"{name}_classes": saved[f"{name}_classes"] for name in SETS})
         else:
             right = _evaluate(run, record, data, args.pool_size, torch.device(args.device))
             np.savez_compressed(file, pool_request=request, **{name: np.packbits(right[name]) for name in SETS},
-                                **{f"{name}_n": right[name].size for name in SETS})
+                                **{f"{name}_n": right[name].size for name in SETS},
+                                **{f"{name}_classes": right[f"{name}_classes"] for name in SETS})
         runs[label] = (record, right)
         groups[_group_key(record)].append(label)
         print(f"{label}: test {100 * np.mean(~right['test']):.2f} (recorded {_recorded(record)}), "
@@ -191,7 +225,8 @@ def main(argv: list[str] | None = None) -> None:
     pairs = []
     for labels in groups.values():
         for a, b in itertools.combinations(labels, 2):
-            pairs.append((a, b, {name: pair_stats(runs[a][1][name], runs[b][1][name]) for name in SETS}))
+            stats = {name: pair_stats(runs[a][1][name], runs[b][1][name]) for name in SETS}
+            pairs.append((a, b, {**stats, "class_r": class_agreement(runs[a][1], runs[b][1])}))
     _write(args, sys.argv[1:] if argv is None else argv, runs, pairs)
 
 
@@ -200,7 +235,7 @@ def _write(args: argparse.Namespace, argv: list[str], runs: dict, pairs: list) -
         "# Image by image agreement of runs that differ only by seed (`benchmarks/eval_noise.py`)\n",
         f"- Command: `python benchmarks/eval_noise.py {' '.join(argv)}`",
         f"- Date: {datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds')}; commit {git_commit()}; "
-        f"torch {torch.__version__}, device {args.device}, {args.threads} CPU thread(s)",
+        f"torch {torch.__version__}; device {_device_name(args.device)}, {args.threads} CPU thread(s)",
         "- test: the run's own test set; pool: the train split less the run's training images (`--eval-split val`)",
         "",
         "| run | test images | test error (%) (recorded) | pool images | pool error (%) |",
@@ -210,25 +245,35 @@ def _write(args: argparse.Namespace, argv: list[str], runs: dict, pairs: list) -
         lines.append(f"| {label} | {right['test'].size:,} | {100 * np.mean(~right['test']):.2f} "
                      f"({_recorded(record)}) | {right['pool'].size:,} | {100 * np.mean(~right['pool']):.2f} |")
     lines += ["", "Pairs of runs that differ only by seed: `delta` = error of the first less the second (points), "
-              "`d` = fraction of images exactly one gets right, `chance` = 100 sqrt(d / N), `z` = delta / chance.",
-              "", "| pair | test delta | test d | test chance | test z | pool delta | pool d | pool chance | pool z |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "`d` = fraction of images exactly one gets right, `chance` = 100 sqrt(d / N), `z` = delta / chance; "
+              "`class r`: Pearson's r of the two sets' per-class differences (near 1: the networks favour the same "
+              "classes on both).",
+              "", "| pair | test delta | test d | test chance | test z | pool delta | pool d | pool chance | pool z | "
+              "class r |", "|---|---|---|---|---|---|---|---|---|---|"]
     for a, b, stats in pairs:
         t, p = stats["test"], stats["pool"]
         lines.append(f"| {a} - {b} | {t['delta']:+.2f} | {t['d']:.3f} | {t['chance']:.2f} | {t['z']:+.2f} | "
-                     f"{p['delta']:+.2f} | {p['d']:.3f} | {p['chance']:.2f} | {p['z']:+.2f} |")
+                     f"{p['delta']:+.2f} | {p['d']:.3f} | {p['chance']:.2f} | {p['z']:+.2f} | {stats['class_r']:+.2f} |")
     summary = {}
     if pairs:
-        lines += ["", "| set | pairs | mean z^2 | sd of delta (points) | its chance part | the networks' part "
-                  "mean(delta^2 - chance^2), points^2 |", "|---|---|---|---|---|---|"]
-        for name in SETS:
-            stats = [s[name] for _, _, s in pairs]
-            z2 = float(np.mean([s["z"] ** 2 for s in stats]))
-            sd = math.sqrt(np.mean([s["delta"] ** 2 for s in stats]))
-            chance = math.sqrt(np.mean([s["chance"] ** 2 for s in stats]))
-            excess = float(np.mean([s["delta"] ** 2 - s["chance"] ** 2 for s in stats]))
-            summary[name] = {"pairs": len(stats), "mean_z2": z2, "sd_delta": sd, "chance": chance, "excess": excess}
-            lines.append(f"| {name} | {len(stats)} | {z2:.2f} | {sd:.2f} | {chance:.2f} | {excess:+.3f} |")
+        lines += ["", "Over the pairs of each network and length, and of all (a difference's variance: `sd of delta`^2 = "
+                  "its chance part^2 + the networks' part):", "",
+                  "| pairs of | set | pairs | mean z^2 | sd of delta (points) | its chance part | the networks' part "
+                  "mean(delta^2 - chance^2), points^2 |", "|---|---|---|---|---|---|---|"]
+        setups = sorted({_setup(runs[a][0]) for a, _, _ in pairs})
+        for setup in [*setups, *(["all"] if len(setups) > 1 else [])]:
+            chosen = [st for a, _, st in pairs if setup in ("all", _setup(runs[a][0]))]
+            for name in SETS:
+                stats = [st[name] for st in chosen]
+                z2 = float(np.mean([st["z"] ** 2 for st in stats]))
+                sd = math.sqrt(np.mean([st["delta"] ** 2 for st in stats]))
+                chance = math.sqrt(np.mean([st["chance"] ** 2 for st in stats]))
+                excess = float(np.mean([st["delta"] ** 2 - st["chance"] ** 2 for st in stats]))
+                summary.setdefault(setup, {})[name] = {"pairs": len(stats), "mean_z2": z2, "sd_delta": sd,
+                                                       "chance": chance, "excess": excess}
+                lines.append(f"| {setup} | {name} | {len(stats)} | {z2:.2f} | {sd:.2f} | {chance:.2f} | {excess:+.3f} |")
+            summary[setup]["class_r"] = float(np.nanmean([st["class_r"] for st in chosen]))
+        lines += ["", "Mean `class r`: " + "; ".join(f"{setup} {summary[setup]['class_r']:+.2f}" for setup in summary)]
     (args.out / "eval_noise.md").write_text("\n".join(lines) + "\n")
     (args.out / "eval_noise.json").write_text(json.dumps(
         {"runs": {label: {"test_error": 100 * float(np.mean(~r["test"])), "pool_error": 100 * float(np.mean(~r["pool"])),

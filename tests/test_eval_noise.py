@@ -30,6 +30,17 @@ def test_pair_statistics_count_the_images_one_run_alone_gets_right():
     assert eval_noise.pair_stats(a, a) == {"delta": 0.0, "d": 0.0, "chance": 0.0, "z": 0.0}
 
 
+def test_class_errors_and_their_agreement_between_the_two_sets():
+    labels = np.array([0, 0, 1, 1, 1, 1, 2, 2])
+    right = np.array([True, False, True, True, False, False, True, True])
+    np.testing.assert_allclose(eval_noise.class_errors(right, labels, 4), [50.0, 50.0, 0.0, np.nan])
+    a = {"test_classes": np.array([10.0, 20.0, 30.0, np.nan]), "pool_classes": np.array([11.0, 19.0, 33.0, 5.0])}
+    b = {"test_classes": np.array([12.0, 20.0, 28.0, 1.0]), "pool_classes": np.array([12.0, 20.0, 31.0, 4.0])}
+    # Differences (-2, 0, 2) and (-1, -1, 2) over the classes both sets have: r = 6 / sqrt(8 * 6).
+    assert eval_noise.class_agreement(a, b) == pytest.approx(6 / math.sqrt(8 * 6))
+    assert math.isnan(eval_noise.class_agreement(a, a))  # no difference: no correlation to speak of
+
+
 def test_the_seeds_of_a_run_are_paired_on_the_test_set_and_the_pool(cifar_dir, tmp_path):
     runs = tmp_path / "runs"
     for seed in (0, 1):
@@ -55,7 +66,12 @@ def test_the_seeds_of_a_run_are_paired_on_the_test_set_and_the_pool(cifar_dir, t
     assert pair["test"]["delta"] == pytest.approx(errors[first]["test_error"] - errors[second]["test_error"])
     with np.load(out / "correct" / f"{tmp_path.name}__cutout-seed0.npz") as saved:
         assert (int(saved["test_n"]), int(saved["pool_n"])) == (100, 200)
-    assert report["summary"]["pool"]["pairs"] == 1
+        # Balanced sets: the mean of the classes' errors is the error.
+        test_classes, pool_classes = saved["test_classes"], saved["pool_classes"]
+    assert np.mean(test_classes) == pytest.approx(errors[first]["test_error"])
+    assert np.mean(pool_classes) == pytest.approx(errors[first]["pool_error"])
+    assert -1 <= pair["class_r"] <= 1 or math.isnan(pair["class_r"])
+    assert report["summary"]["wrn-10-1, 1 epochs"]["pool"]["pairs"] == 1
     assert f"| {first} - {second} |" in (out / "eval_noise.md").read_text()
 
     # A second report reuses what was evaluated, checkpoints gone, and refuses another pool.
