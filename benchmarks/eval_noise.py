@@ -273,7 +273,16 @@ def _write(args: argparse.Namespace, argv: list[str], runs: dict, pairs: list) -
                                                        "chance": chance, "excess": excess}
                 lines.append(f"| {setup} | {name} | {len(stats)} | {z2:.2f} | {sd:.2f} | {chance:.2f} | {excess:+.3f} |")
             summary[setup]["class_r"] = float(np.nanmean([st["class_r"] for st in chosen]))
-        lines += ["", "Mean `class r`: " + "; ".join(f"{setup} {summary[setup]['class_r']:+.2f}" for setup in summary)]
+            # The two sets' images are disjoint: if the networks differ alike on both, the sets' deltas differ
+            # by the two chances alone.
+            summary[setup]["sd_test_less_pool"] = math.sqrt(np.mean([(st["test"]["delta"] - st["pool"]["delta"]) ** 2
+                                                                     for st in chosen]))
+            summary[setup]["its_chance"] = math.sqrt(np.mean([st["test"]["chance"] ** 2 + st["pool"]["chance"] ** 2
+                                                              for st in chosen]))
+        lines += ["", "Do the networks differ alike on both sets? Mean `class r`, and the sd of (test delta - pool delta) "
+                  "against what chance alone gives it:", ""]
+        lines += [f"- {setup}: class r {v['class_r']:+.2f}; test delta - pool delta: sd {v['sd_test_less_pool']:.2f}, "
+                  f"chance {v['its_chance']:.2f}" for setup, v in summary.items()]
     (args.out / "eval_noise.md").write_text("\n".join(lines) + "\n")
     (args.out / "eval_noise.json").write_text(json.dumps(
         {"runs": {label: {"test_error": 100 * float(np.mean(~r["test"])), "pool_error": 100 * float(np.mean(~r["pool"])),

@@ -71,7 +71,10 @@ def test_the_seeds_of_a_run_are_paired_on_the_test_set_and_the_pool(cifar_dir, t
     assert np.mean(test_classes) == pytest.approx(errors[first]["test_error"])
     assert np.mean(pool_classes) == pytest.approx(errors[first]["pool_error"])
     assert -1 <= pair["class_r"] <= 1 or math.isnan(pair["class_r"])
-    assert report["summary"]["wrn-10-1, 1 epochs"]["pool"]["pairs"] == 1
+    summary = report["summary"]["wrn-10-1, 1 epochs"]
+    assert summary["pool"]["pairs"] == 1
+    assert summary["sd_test_less_pool"] == pytest.approx(abs(pair["test"]["delta"] - pair["pool"]["delta"]))
+    assert summary["its_chance"] == pytest.approx(math.hypot(pair["test"]["chance"], pair["pool"]["chance"]))
     assert f"| {first} - {second} |" in (out / "eval_noise.md").read_text()
 
     # A second report reuses what was evaluated, checkpoints gone, and refuses another pool.
