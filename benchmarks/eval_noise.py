@@ -134,9 +134,7 @@ def _evaluate(run: Path, record: dict[str, Any], data: dict[tuple, Any], pool_si
     """Which images of the test set and of the pool the final network of ``run`` gets right (``"test"``,
     ``"pool"``), and its error (percent) on each class of each (``"test_classes"``, ``"pool_classes"``)."""
     std = record["config"]["standardisation"]  # the run's own, as recorded (not recomputed)
-    mean, sd = torch.tensor(std["mean"]), torch.tensor(std["std"])
-    normalise = Standardisation(mean, sd, (1.0 / (255.0 * sd)).to(device)[None, :, None, None],
-                                (-mean / sd).to(device)[None, :, None, None])
+    normalise = Standardisation.of(torch.tensor(std["mean"]), torch.tensor(std["std"]), device)
     state = torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=False)
     out, model = {}, None
     for name, split in zip(SETS, ("test", "val"), strict=True):

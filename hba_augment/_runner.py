@@ -95,6 +95,12 @@ class Standardisation(NamedTuple):
     scale: Tensor
     shift: Tensor
 
+    @classmethod
+    def of(cls, mean: Tensor, std: Tensor, device: torch.device) -> Standardisation:
+        """The standardisation by float32 ``(C,)`` ``mean`` and ``std`` (computed, or a run's recorded ones)."""
+        return cls(mean, std, (1.0 / (255.0 * std)).to(device)[None, :, None, None],
+                   (-mean / std).to(device)[None, :, None, None])
+
     def __call__(self, images: Tensor) -> Tensor:
         """Standardise uint8 (or float levels in 0..255) images ``(B, C, H, W)``; float32."""
         return torch.addcmul(self.shift, images.float(), self.scale)
@@ -116,8 +122,7 @@ def standardisation(images: Tensor, device: torch.device, chunk: int = 4096) -> 
         squares += (x - mean[None, :, None, None]).square().sum(dim=(0, 2, 3))
     std = (squares / max(count - 1, 1)).sqrt().clamp_min(1e-3).float()
     mean = mean.float()
-    return Standardisation(mean, std, (1.0 / (255.0 * std)).to(device)[None, :, None, None],
-                           (-mean / std).to(device)[None, :, None, None])
+    return Standardisation.of(mean, std, device)
 
 
 def lr_at(config: Any, step: int, steps_per_epoch: int) -> float:
