@@ -269,3 +269,13 @@ def test_pil_modes_have_one_check():
     # One message for a PIL image of another mode, wherever it enters (the transform, functional).
     hits = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if "must have mode 'L' or 'RGB'" in p.read_text()]
     assert hits == ["functional/_pil.py"]
+
+
+def test_every_benchmark_script_is_in_the_benchmarks_index():
+    # benchmarks/README.md is how an engineer finds the script that answers a question; a script missing from
+    # it, or a name left there after its script went, is found here rather than by the next reader.
+    benchmarks = PACKAGE.parent / "benchmarks"
+    scripts = {p.name for p in benchmarks.glob("*.py")}
+    indexed = set(re.findall(r"`(\w+\.py)`", (benchmarks / "README.md").read_text(encoding="utf-8")))
+    assert scripts - indexed == set(), "benchmark scripts missing from benchmarks/README.md"
+    assert indexed - scripts == set(), "benchmarks/README.md names scripts that do not exist"
