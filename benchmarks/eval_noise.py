@@ -45,9 +45,9 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from throughput import git_commit, machine_info  # noqa: E402
+from throughput import git_commit  # noqa: E402
 
-from hba_augment._runner import Standardisation  # noqa: E402
+from hba_augment._runner import Standardisation, describe_device  # noqa: E402
 from hba_augment.models import create_model  # noqa: E402
 from hba_augment.train.config import TrainConfig  # noqa: E402
 from hba_augment.train.trainer import load_data  # noqa: E402
@@ -153,13 +153,6 @@ def _evaluate(run: Path, record: dict[str, Any], data: dict[tuple, Any], pool_si
     return out
 
 
-def _device_name(device: str) -> str:
-    if torch.device(device).type == "cuda":
-        return torch.cuda.get_device_name(torch.device(device))
-    info = machine_info(torch.get_num_threads())
-    return f"CPU: {info['cpu']}, {info['cores']} cores"
-
-
 def _setup(record: dict[str, Any]) -> str:
     """How a summary row names a group's network and length."""
     return f"{record['config']['model']}, {record['config']['epochs']} epochs"
@@ -233,7 +226,7 @@ def _write(args: argparse.Namespace, argv: list[str], runs: dict, pairs: list) -
         "# Image by image agreement of runs that differ only by seed (`benchmarks/eval_noise.py`)\n",
         f"- Command: `python benchmarks/eval_noise.py {' '.join(argv)}`",
         f"- Date: {datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds')}; commit {git_commit()}; "
-        f"torch {torch.__version__}; device {_device_name(args.device)}, {args.threads} CPU thread(s)",
+        f"device {describe_device(torch.device(args.device))}",
         "- test: the run's own test set; pool: the train split less the run's training images (`--eval-split val`)",
         "",
         "| run | test images | test error (%) (recorded) | pool images | pool error (%) |",
