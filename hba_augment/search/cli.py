@@ -248,7 +248,8 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     g.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
                    help="channels-last memory format (default: on for CPU, off otherwise)")
     g.add_argument("--amp", action="store_true", default=None,
-                   help="bfloat16 autocast for the network (GPUs; default: off)")
+                   help="bfloat16 autocast for the network (GPUs, and CPUs with bfloat16 matrix units such as "
+                   "Intel AMX, where a WRN trained about 2.5x faster; default: off)")
     g.add_argument("--compile", action="store_true", default=None,
                    help="run the training steps and, on GPUs, the augmentation's pixel work through torch.compile "
                    "(default: off)")

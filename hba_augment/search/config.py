@@ -97,8 +97,8 @@ class SearchConfig:
             policy's (PBA's ``(0.2, 0.3, 0.5)``, or ``(1/14, 13/14)`` for ``trivialaugment``).
         channels_last: keep activations in channels-last memory format (``None``: on CPU only, where it
             measured about 15% faster for WRN-40-2; a layout choice, results agree up to rounding).
-        amp: bfloat16 autocast for the network's forward passes (for GPUs; the losses, the policy and
-            ``lambda`` stay float32).
+        amp: bfloat16 autocast for the network's forward passes (for GPUs, and CPUs with bfloat16 matrix
+            units such as Intel AMX; the losses, the policy and ``lambda`` stay float32).
         compile: run the training steps through ``torch.compile`` (for GPUs, where a step is bound by
             kernel launches; the hyperparameter steps and the teacher use the plain network), and on
             accelerators the augmentation's pixel work too (``functional.augment``'s ``compile``, same

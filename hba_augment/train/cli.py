@@ -98,7 +98,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    "the runs share one augmentation stream (same distribution, other draws than alone)")
     g.add_argument("--device", default="auto", help="torch device (default: auto = cuda if available, else cpu)")
     g.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's choice)")
-    g.add_argument("--amp", action="store_true", default=None, help="bfloat16 autocast (GPUs; default: off)")
+    g.add_argument("--amp", action="store_true", default=None,
+                   help="bfloat16 autocast (GPUs, and CPUs with bfloat16 matrix units such as Intel AMX, where a "
+                   "WRN trained about 2.5x faster; default: off)")
     g.add_argument("--compile", action="store_true", default=None,
                    help="train through torch.compile, and on GPUs an hba: policy's pixel work too (GPUs, where steps are "
                    "launch bound; default: off)")

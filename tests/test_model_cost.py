@@ -1,0 +1,32 @@
+"""benchmarks/model_cost.py: one row per network, layout and precision."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "model_cost.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("model_cost", _SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("amp", [False, True])
+def test_table_has_a_row_per_layout_and_precision(capsys, amp):
+    args = ["--models", "wrn-10-1", "--steps", "1", "--batch-size", "2"] + (["--amp"] if amp else [])
+    assert _load().main(args) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| wrn-10-1 ")]
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+    expected = {(layout, precision) for layout in ("NCHW", "channels-last")
+                for precision in (("float32", "bfloat16 autocast") if amp else ("float32",))}
+    assert {(c[1], c[2]) for c in cells} == expected
+    for c in cells:
+        step, epoch = float(c[3]), float(c[4])
+        assert step > 0
+        assert epoch == pytest.approx(step * 4000 / 2, rel=0.05, abs=0.06)
