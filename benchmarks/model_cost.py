@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--amp", action="store_true", help="also time each network under bfloat16 autocast")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    print(f"| model | layout | precision | s per step (B={args.batch_size}) | s per epoch ({args.epoch_images:,} images) |")
+    print(f"| model | layout | precision | s per step (B={args.batch_size}) "
+          f"| s per epoch ({args.epoch_images:,} images) |")
     print("|---|---|---|---|---|")
     for channels_last in (False, True):
         for name in args.models.split(","):
@@ -68,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
                 t = step_seconds(name, channels_last, args.batch_size, args.steps, amp)
                 layout = "channels-last" if channels_last else "NCHW"
                 precision = "bfloat16 autocast" if amp else "float32"
-                print(f"| {name} | {layout} | {precision} | {t:.3f} | {t * args.epoch_images / args.batch_size:.1f} |",
-                      flush=True)
+                epoch = t * args.epoch_images / args.batch_size
+                print(f"| {name} | {layout} | {precision} | {t:.3f} | {epoch:.1f} |", flush=True)
     return 0
 
 
