@@ -5,7 +5,8 @@ channels-last layouts, in float32 and (``--amp``) also under bfloat16 autocast, 
 it, and reports it as seconds per epoch of the Reduced CIFAR-10 protocol (4,000 images). This is what
 decides which networks a comparison of 10 policies x 3 seeds can afford on a machine; the minimum over
 the timed steps is reported (the machine's load only ever adds time). On a CPU with bfloat16 matrix
-units (Intel AMX, ``amx_bf16`` in ``/proc/cpuinfo``) autocast runs the convolutions there.
+units (Intel AMX, ``amx_bf16`` in ``/proc/cpuinfo``) oneDNN runs the autocast convolutions on them
+(``ONEDNN_VERBOSE=1`` names its ``amx`` kernels; benchmarks/RESULTS.md, "Paper scale on the CPU").
 
 Usage::
 
