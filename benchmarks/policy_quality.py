@@ -100,6 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--subset-seed", type=int, default=0, help="seed of the subsets (the same for every run)")
     p.add_argument("--seeds", type=_seeds, default=[0, 1, 2], help="training seeds, comma-separated")
     p.add_argument("--policies", type=_policies, default=list(ALL_POLICIES), help="comma-separated, in table order")
+    p.add_argument("--order", choices=("policies", "seeds"), default="policies",
+                   help="which runs start first: every seed of the first policy, then the next policy's "
+                   "(policies), or every policy's first seed, then their second (seeds: so that a campaign cut "
+                   "short by a session's end has finished pairs of seeds; default: policies)")
     p.add_argument("--hba", default="cifar10", help="HBA schedule for the hba policy: shipped name or JSON path")
     p.add_argument("--device", default="cpu", help="torch device of the runs")
     p.add_argument("--threads", type=positive_int, default=1,
@@ -353,6 +357,16 @@ def _jobs(args: argparse.Namespace, runs_dir: Path) -> list[tuple[str, str, int,
     return jobs
 
 
+def _start_rank(job: tuple[str, str, int, Path, list[str]], jobs: list[tuple[str, str, int, Path, list[str]]],
+                args: argparse.Namespace) -> tuple[int, int]:
+    """Where the process that trains ``job`` (its group's first run) starts among the others, by ``--order``
+    (the pool starts processes in that order as workers come free)."""
+    index = jobs.index(job)
+    if args.order == "seeds":
+        return args.seeds.index(job[2]), index
+    return index, 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     argv = sys.argv[1:] if argv is None else argv
@@ -406,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
             return _run_group([job[4] for job in group], [job[3] for job in group],
                               [records_dir / f"{job[3].name}.json" for job in group], env, labels, left, args.fuse)
 
-        futures = {pool.submit(group_of, group): group for group in sorted(groups, key=lambda g: jobs.index(g[0]))}
+        ordered = sorted(groups, key=lambda g: _start_rank(g[0], jobs, args))
+        futures = {pool.submit(group_of, group): group for group in ordered}
         for future in concurrent.futures.as_completed(futures):
             for (policy, pol, seed, _, cmd), run in zip(futures[future], future.result(), strict=True):
                 if isinstance(run, RunUnfinished):

@@ -363,6 +363,32 @@ def test_report_only_tables_the_finished_runs_and_marks_the_rest(pq, tmp_path):
         pq.main([*argv, "--report-only"])
 
 
+@pytest.mark.parametrize(("order", "expected"), [
+    ("policies", ["none seed 0", "none seed 1", "baseline seed 0", "baseline seed 1"]),
+    ("seeds", ["none seed 0", "baseline seed 0", "none seed 1", "baseline seed 1"]),
+])
+def test_order_says_which_runs_start_first(pq, tmp_path, monkeypatch, order, expected):
+    """``--order seeds`` starts every policy's first seed before any second one (a CPU campaign's session
+    that ends early leaves pairs of seeds finished); the table keeps the policies' order either way."""
+    started = []
+    config = {"batch_size": 128, "lr": 0.1, "lr_schedule": "cosine", "wd": 5e-4, "package_version": "x",
+              "torchvision_version": "y"}
+
+    def fake_group(cmds, outs, records, env, labels, timeout=None, fuse=False):
+        started.extend(labels)
+        return [{"result": {"test_error": 10.0, "test_loss": 1.0, "wall_seconds": 1.0, "config": config,
+                            "train_images": 64, "test_images": 64}, "wall_seconds": 1.0, "reused": False}
+                for _ in cmds]
+
+    monkeypatch.setattr(pq, "_run_group", fake_group)
+    argv = ["--policies", "none,baseline", "--seeds", "0,1", "--epochs", "1", "--jobs", "1", "--order", order,
+            "--out", str(tmp_path)]
+    assert pq.main(argv) == 0
+    assert started == expected
+    rows = json.loads((tmp_path / "policy_quality.json").read_text())["rows"]
+    assert [row["policy"] for row in rows] == ["none", "baseline"]
+
+
 # ------------------------------------------------------------------------------ search_ablation.py
 SEARCH_KEYS = ("model", "strategy", "epochs", "train_images", "val_images", "batch_size", "lr", "lr_schedule",
                "wd", "hparam_lr", "sigma", "t_train", "t_val", "val_bn", "init", "hyper_input", "seed", "preset",
