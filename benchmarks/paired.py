@@ -15,10 +15,19 @@ what independent runs give, sqrt(2) x 0.35; ``benchmarks/RESULTS.md``, "How many
 so a paired test of three seeds has two degrees of freedom for nothing, and the pooled one, with 32, is the
 sharper test when the policies' noise is alike.
 
+Runs of another machine (the CPU's paper-scale runs beside the GPU's) are another block: ``--block TABLES``
+(repeatable) adds one. Its seeds are not joined to the others (a CPU run and a GPU run of one seed are not
+the same run, and the machines' levels may differ); instead each block's difference of the policies' means is
+taken within the block and the blocks' differences are combined, weighted as their variances under one
+noise (``w = 1 / (1/n_A + 1/n_B)`` a block): ``d = sum(w d_b) / sum(w)``, ``t = d / (s / sqrt(sum(w)))``, ``s``
+one run's noise pooled within policy and block over every block, its degrees of freedom those of ``s``.
+That assumes the difference, not the level, is the same on every machine, and that one run's noise is
+alike on all (each block's own noise is printed beside it).
+
 Usage::
 
     python benchmarks/paired.py benchmarks/results/paper_scale_cifar10/test/policy_quality.json pba pba-mean \\
-        trivialaugment pba [--out FILE.md]
+        trivialaugment pba [--block benchmarks/results/cpu_paper_scale/policy_quality.json] [--out FILE.md]
 
 A policy is named as in the table's ``policy`` column (e.g. ``pba``, ``start-teacher-ta-decay1``, or a
 ``hba:PATH`` argument as written).
@@ -74,6 +83,32 @@ def pooled_test(a: dict[int, float], b: dict[int, float], noise: tuple[float, in
     return t, float(2 * stats.t.sf(abs(t), df))
 
 
+def blocked_test(blocks: list[tuple[dict[int, float], dict[int, float]]], noise: tuple[float, int]) -> dict[str, float]:
+    """The difference of two policies combined over blocks of runs (machines; see the module docstring).
+
+    Args:
+        blocks: per block, ``(A's errors, B's errors)`` by seed; a block where either has no run is left out.
+        noise: one run's noise pooled within policy and block (:func:`pooled_noise` over every block's
+            policies), with its degrees of freedom.
+
+    Returns:
+        ``difference`` (A - B, weighted over the blocks), ``se`` (its standard error), ``t`` and ``p``
+        (two-sided); NaN where no block has both policies or the noise is unknown.
+    """
+    terms = [(statistics.fmean(a.values()) - statistics.fmean(b.values()), 1 / (1 / len(a) + 1 / len(b)))
+             for a, b in blocks if a and b]
+    s, df = noise
+    if not terms:
+        return {"difference": math.nan, "se": math.nan, "t": math.nan, "p": math.nan}
+    weight = sum(w for _, w in terms)
+    difference = sum(d * w for d, w in terms) / weight
+    if not df or not s > 0:
+        return {"difference": difference, "se": math.nan, "t": math.nan, "p": math.nan}
+    se = s / math.sqrt(weight)
+    t = difference / se
+    return {"difference": difference, "se": se, "t": t, "p": float(2 * stats.t.sf(abs(t), df))}
+
+
 def compare(a: dict[int, float], b: dict[int, float]) -> dict[str, object]:
     """The seed-by-seed comparison of two policies' errors (see the module docstring)."""
     seeds = sorted(set(a) & set(b))
@@ -103,15 +138,46 @@ def _fmt(value: object, spec: str = "+.2f") -> str:
     return format(value, spec) if isinstance(value, int | float) and math.isfinite(value) else "-"
 
 
+def _block_difference(a: dict[int, float], b: dict[int, float]) -> str:
+    """``"n_A / n_B, mean A - B"`` of one block."""
+    difference = statistics.fmean(a.values()) - statistics.fmean(b.values()) if a and b else math.nan
+    return f"{len(a)} / {len(b)}, {_fmt(difference)}"
+
+
+def _blocked_lines(blocks: list[dict[str, dict[int, float]]], tables: list[list[Path]],
+                   pairs: list[tuple[str, str]]) -> list[str]:
+    """The markdown of the comparisons combined over blocks (``--block``)."""
+    # Keyed by policy and block, so that each block's runs of a policy are a group of their own.
+    by_block = {f"{policy}@{i}": runs for i, block in enumerate(blocks) for policy, runs in block.items()}
+    noise = pooled_noise(by_block)
+    names = "; ".join(
+        f"block {i}: {', '.join(f'`{t}`' for t in group)} (one run's noise {_fmt(pooled_noise(block)[0], '.3f')})"
+        for i, (group, block) in enumerate(zip(tables, blocks, strict=True)))
+    lines = ["", f"Combined over blocks ({names}); one run's noise pooled within policy and block: "
+             f"{noise[0]:.3f} points ({noise[1]} degrees of freedom):", "",
+             "| A | B | per block: runs of A / B, mean A - B | combined A - B | se | t | p |",
+             "|---|---|---|---|---|---|---|"]
+    for a, b in pairs:
+        runs = [(block.get(a, {}), block.get(b, {})) for block in blocks]
+        r = blocked_test(runs, noise)
+        lines.append(f"| {a} | {b} | {'; '.join(_block_difference(ra, rb) for ra, rb in runs)} | "
+                     f"{_fmt(r['difference'])} | {_fmt(r['se'], '.2f')} | {_fmt(r['t'])} | {_fmt(r['p'], '.3f')} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("table", type=lambda text: [Path(t) for t in text.split(",")],
                    help="a policy_quality.json, or several, comma-separated (their seeds joined per policy)")
     p.add_argument("policies", nargs="+", help="pairs A B A B ... (or A=B ...)")
+    p.add_argument("--block", type=lambda text: [Path(t) for t in text.split(",")], action="append", default=[],
+                   metavar="TABLES", help="another machine's policy_quality.json (comma-separated): its runs are a "
+                   "block of their own, compared within it and combined with the others (module docstring)")
     p.add_argument("--out", type=Path, help="also write the markdown table here")
     args = p.parse_args(argv)
     try:
         errors = load_errors(*args.table)
+        blocks = [errors, *(load_errors(*tables) for tables in args.block)]
     except ValueError as e:
         raise SystemExit(f"paired: {e}") from None
     tables = ", ".join(f"`{t}`" for t in args.table)
@@ -131,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
                      f"{_fmt(c.get('sd_difference'), '.2f')} | {_fmt(c.get('paired_t'), '+.2f')} | "
                      f"{_fmt(c.get('paired_p'), '.3f')} | {_fmt(c.get('welch_p'), '.3f')} | "
                      f"{_fmt(pooled_test(errors[a], errors[b], noise)[1], '.3f')} |")
+    if args.block:
+        lines += _blocked_lines(blocks, [args.table, *args.block], _pairs(args.policies))
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -73,3 +73,35 @@ def test_the_pooled_test_uses_every_policy_s_noise(table: Path):
     t_ac, _ = paired.pooled_test(errors["a"], errors["c"], (s, df))
     assert t_ac == pytest.approx((19.5667 - 20.3) / (s * math.sqrt(1 / 3 + 1 / 2)), rel=1e-3)
     assert math.isnan(paired.pooled_test(errors["a"], {}, (s, df))[1])
+
+
+def test_blocks_compare_within_a_machine_and_combine(table: Path, tmp_path: Path):
+    """``--block``: another machine's runs of the same seeds are a block of their own; its level (here 1.0
+    higher) does not enter the combined difference, only each block's own difference."""
+    cpu = tmp_path / "cpu.json"
+    cpu.write_text(json.dumps({"rows": [{"policy": "a", "seeds": [0, 1], "test_errors": [20.4, 20.8]},
+                                        {"policy": "b", "seeds": [0], "test_errors": [21.0]}]}))
+    gpu_errors = paired.load_errors(table)
+    cpu_errors = paired.load_errors(cpu)
+    by_block = {f"{p}@{i}": r for i, blk in enumerate((gpu_errors, cpu_errors)) for p, r in blk.items()}
+    s, df = paired.pooled_noise(by_block)
+    assert df == 2 + 2 + 1 + 1  # a, b, c on the GPU; a on the CPU (b has one run there)
+    r = paired.blocked_test([(gpu_errors["a"], gpu_errors["b"]), (cpu_errors["a"], cpu_errors["b"])], (s, df))
+    d_gpu, w_gpu = 19.5667 - 20.1, 1 / (1 / 3 + 1 / 3)
+    d_cpu, w_cpu = 20.6 - 21.0, 1 / (1 / 2 + 1 / 1)
+    assert r["difference"] == pytest.approx((d_gpu * w_gpu + d_cpu * w_cpu) / (w_gpu + w_cpu), rel=1e-3)
+    assert r["se"] == pytest.approx(s / math.sqrt(w_gpu + w_cpu))
+    assert r["p"] == pytest.approx(2 * paired.stats.t.sf(abs(r["difference"] / r["se"]), df))
+    # A block without one of the policies is left out; none with both: undefined.
+    alone = paired.blocked_test([(gpu_errors["a"], gpu_errors["b"]), (cpu_errors["a"], {})], (s, df))
+    assert alone["difference"] == pytest.approx(d_gpu, rel=1e-3)
+    assert math.isnan(paired.blocked_test([(gpu_errors["a"], {})], (s, df))["p"])
+
+    out = tmp_path / "paired.md"
+    assert paired.main([str(table), "a", "b", "--block", str(cpu), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| a | b | 0,1,2 |" in text  # the first block's seed-by-seed row, as without --block
+    assert "| a | b | 3 / 3, -0.53; 2 / 1, -0.40 |" in text
+    # Without --block the same seeds of two machines are refused, not joined.
+    with pytest.raises(SystemExit, match="in more than one table"):
+        paired.main([f"{table},{cpu}", "a", "b"])
