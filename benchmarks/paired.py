@@ -41,6 +41,7 @@ import math
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 from scipy import stats
 
@@ -75,15 +76,13 @@ def pooled_noise(errors: dict[str, dict[int, float]]) -> tuple[float, int]:
 
 def pooled_test(a: dict[int, float], b: dict[int, float], noise: tuple[float, int]) -> tuple[float, float]:
     """``(t, two-sided p)`` of the difference of the means of ``a`` and ``b`` (each over its own seeds) with the
-    pooled ``noise`` (:func:`pooled_noise`)."""
-    s, df = noise
-    if not a or not b or not df or not s > 0:
-        return math.nan, math.nan
-    t = (statistics.fmean(a.values()) - statistics.fmean(b.values())) / (s * math.sqrt(1 / len(a) + 1 / len(b)))
-    return t, float(2 * stats.t.sf(abs(t), df))
+    pooled ``noise`` (:func:`pooled_noise`): :func:`blocked_test` with one block."""
+    r = blocked_test([(a, b)], noise)
+    return r["t"], r["p"]
 
 
-def blocked_test(blocks: list[tuple[dict[int, float], dict[int, float]]], noise: tuple[float, int]) -> dict[str, float]:
+def blocked_test(blocks: list[tuple[dict[int, float], dict[int, float]]],
+                 noise: tuple[float, int]) -> dict[str, Any]:
     """The difference of two policies combined over blocks of runs (machines; see the module docstring).
 
     Args:
@@ -92,21 +91,25 @@ def blocked_test(blocks: list[tuple[dict[int, float], dict[int, float]]], noise:
             policies), with its degrees of freedom.
 
     Returns:
-        ``difference`` (A - B, weighted over the blocks), ``se`` (its standard error), ``t`` and ``p``
-        (two-sided); NaN where no block has both policies or the noise is unknown.
+        ``per_block`` (each block's A - B, NaN where it lacks one of them), ``difference`` (A - B, weighted
+        over the blocks), ``se`` (its standard error), ``t`` and ``p`` (two-sided); NaN where no block has
+        both policies or the noise is unknown.
     """
-    terms = [(statistics.fmean(a.values()) - statistics.fmean(b.values()), 1 / (1 / len(a) + 1 / len(b)))
-             for a, b in blocks if a and b]
+    per_block = [statistics.fmean(a.values()) - statistics.fmean(b.values()) if a and b else math.nan
+                 for a, b in blocks]
+    weights = [1 / (1 / len(a) + 1 / len(b)) if a and b else 0.0 for a, b in blocks]
+    out: dict[str, Any] = {"per_block": per_block, "difference": math.nan, "se": math.nan, "t": math.nan,
+                           "p": math.nan}
+    weight = sum(weights)
+    if not weight:
+        return out
+    out["difference"] = sum(d * w for d, w in zip(per_block, weights, strict=True) if w) / weight
     s, df = noise
-    if not terms:
-        return {"difference": math.nan, "se": math.nan, "t": math.nan, "p": math.nan}
-    weight = sum(w for _, w in terms)
-    difference = sum(d * w for d, w in terms) / weight
-    if not df or not s > 0:
-        return {"difference": difference, "se": math.nan, "t": math.nan, "p": math.nan}
-    se = s / math.sqrt(weight)
-    t = difference / se
-    return {"difference": difference, "se": se, "t": t, "p": float(2 * stats.t.sf(abs(t), df))}
+    if df and s > 0:
+        out["se"] = s / math.sqrt(weight)
+        out["t"] = out["difference"] / out["se"]
+        out["p"] = float(2 * stats.t.sf(abs(out["t"]), df))
+    return out
 
 
 def compare(a: dict[int, float], b: dict[int, float]) -> dict[str, object]:
@@ -138,12 +141,6 @@ def _fmt(value: object, spec: str = "+.2f") -> str:
     return format(value, spec) if isinstance(value, int | float) and math.isfinite(value) else "-"
 
 
-def _block_difference(a: dict[int, float], b: dict[int, float]) -> str:
-    """``"n_A / n_B, mean A - B"`` of one block."""
-    difference = statistics.fmean(a.values()) - statistics.fmean(b.values()) if a and b else math.nan
-    return f"{len(a)} / {len(b)}, {_fmt(difference)}"
-
-
 def _blocked_lines(blocks: list[dict[str, dict[int, float]]], tables: list[list[Path]],
                    pairs: list[tuple[str, str]]) -> list[str]:
     """The markdown of the comparisons combined over blocks (``--block``)."""
@@ -160,7 +157,8 @@ def _blocked_lines(blocks: list[dict[str, dict[int, float]]], tables: list[list[
     for a, b in pairs:
         runs = [(block.get(a, {}), block.get(b, {})) for block in blocks]
         r = blocked_test(runs, noise)
-        lines.append(f"| {a} | {b} | {'; '.join(_block_difference(ra, rb) for ra, rb in runs)} | "
+        per = "; ".join(f"{len(ra)} / {len(rb)}, {_fmt(d)}" for (ra, rb), d in zip(runs, r["per_block"], strict=True))
+        lines.append(f"| {a} | {b} | {per} | "
                      f"{_fmt(r['difference'])} | {_fmt(r['se'], '.2f')} | {_fmt(r['t'])} | {_fmt(r['p'], '.3f')} |")
     return lines
 

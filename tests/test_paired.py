@@ -76,8 +76,8 @@ def test_the_pooled_test_uses_every_policy_s_noise(table: Path):
 
 
 def test_blocks_compare_within_a_machine_and_combine(table: Path, tmp_path: Path):
-    """``--block``: another machine's runs of the same seeds are a block of their own; its level (here 1.0
-    higher) does not enter the combined difference, only each block's own difference."""
+    """``--block``: another machine's runs of the same seeds are a block of their own; its level (here about
+    a point higher) does not enter the combined difference, only each block's own difference."""
     cpu = tmp_path / "cpu.json"
     cpu.write_text(json.dumps({"rows": [{"policy": "a", "seeds": [0, 1], "test_errors": [20.4, 20.8]},
                                         {"policy": "b", "seeds": [0], "test_errors": [21.0]}]}))
@@ -92,6 +92,7 @@ def test_blocks_compare_within_a_machine_and_combine(table: Path, tmp_path: Path
     assert r["difference"] == pytest.approx((d_gpu * w_gpu + d_cpu * w_cpu) / (w_gpu + w_cpu), rel=1e-3)
     assert r["se"] == pytest.approx(s / math.sqrt(w_gpu + w_cpu))
     assert r["p"] == pytest.approx(2 * paired.stats.t.sf(abs(r["difference"] / r["se"]), df))
+    assert r["per_block"] == pytest.approx([d_gpu, d_cpu], rel=1e-3)
     # A block without one of the policies is left out; none with both: undefined.
     alone = paired.blocked_test([(gpu_errors["a"], gpu_errors["b"]), (cpu_errors["a"], {})], (s, df))
     assert alone["difference"] == pytest.approx(d_gpu, rel=1e-3)
