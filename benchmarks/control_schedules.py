@@ -34,6 +34,13 @@
   entries): its trend kept, its jitter from one entry to the next (PBA's explore steps) smoothed away. On
   the CPU proxy PBA's schedule in a random order trained 1.5 points worse than in its own order and 1.2
   worse than its time average held: is the jitter of a searched schedule costing it too?
+- ``amount`` (``--match-amount REFERENCE``): the learned schedule with, at every entry, its
+  probabilities scaled so that an image receives as many ops as under the reference's entry (the expected
+  number applied), and every magnitude's distance from its op's identity scaled so that the
+  probability-weighted mean strength is the reference's: the learned schedule's mix of ops and their relative
+  strengths, with the reference's amount of augmentation over time. A searched schedule and its null
+  differ in both (at paper scale ``population-paper4`` augments more early and less strongly late than its
+  null): the null with the search's amount says which of the two its lead comes from.
 - ``shuffled``: the learned schedule with its op identities permuted (same probabilities and relative
   magnitudes, wrong ops): is it the choice of ops that helps, or just the amount of augmentation?
 
@@ -271,6 +278,77 @@ def strength_ramped_schedule(learned: Schedule, ramp: float, entries: int = RAMP
                         "note": "a comparison control for benchmarks; never shipped"})
 
 
+def _bisect_increasing(f, target: float, high: float) -> float:
+    """The ``x`` in ``[0, high]`` where the non-decreasing ``f`` reaches ``target`` (``high`` if it never does),
+    to 1e-10 relative."""
+    if f(high) <= target:
+        return high
+    low = 0.0
+    while high - low > 1e-10 * max(1.0, high):
+        mid = (low + high) / 2
+        low, high = (mid, high) if f(mid) < target else (low, mid)
+    return (low + high) / 2
+
+
+def applied_ops(schedule: Schedule) -> np.ndarray:
+    """Per entry, the expected number of ops an image receives
+    (:func:`~hba_augment.search.hyper_input.applied_probability` summed over the slots)."""
+    prob = torch.tensor(schedule.prob, dtype=torch.float64)
+    return np.array([float(applied_probability(p, schedule.count_probs).sum()) for p in prob])
+
+
+def amount_matched_schedule(learned: Schedule, reference: Schedule) -> Schedule:
+    """``learned`` with ``reference``'s amount of augmentation at every entry: entry ``e``'s probabilities
+    scaled by one factor (capped at 1 a slot) so that :func:`applied_ops` equals ``reference``'s at ``e``, then
+    every magnitude moved to ``identity + k (m - identity)`` (clipped to its op's range) with the one ``k``
+    that makes :func:`mean_strength` ``reference``'s at ``e``. What stays ``learned``'s: which ops, in which
+    proportions, and how strong each is relative to the others. Where the target is out of reach (every slot
+    at 1, or every magnitude at its range's end), the entry gets as close as it can.
+
+    Raises:
+        ValueError: the two schedules differ in their number of entries or their ``count_probs``.
+    """
+    if learned.epochs != reference.epochs:
+        raise ValueError(f"{learned.name} has {learned.epochs} entries and {reference.name} {reference.epochs}: "
+                         "an amount is matched entry by entry")
+    if tuple(learned.count_probs) != tuple(reference.count_probs):
+        raise ValueError(f"count_probs differ ({learned.count_probs} against {reference.count_probs}): the "
+                         "ops applied per image would not mean the same")
+    ops_target, strength_target = applied_ops(reference), mean_strength(reference)
+    prob = np.empty_like(learned.prob, dtype=float)
+    mag = np.array(learned.mag, dtype=float)
+    for e in range(learned.epochs):
+        p = torch.tensor(learned.prob[e], dtype=torch.float64)
+        top = float(p.max())
+        if top > 0:
+            scale = _bisect_increasing(
+                lambda c, p=p: float(applied_probability((c * p).clamp(max=1.0), learned.count_probs).sum()),
+                float(ops_target[e]), 1.0 / top)
+            prob[e] = np.minimum(scale * learned.prob[e], 1.0)
+        else:  # nothing fires: no factor gives it an amount
+            prob[e] = learned.prob[e]
+        entry = Schedule(prob[e:e + 1], learned.mag[e:e + 1], count_probs=learned.count_probs)
+
+        def strength(k: float, entry: Schedule = entry) -> float:
+            moved = np.clip(_IDENTITY + k * (entry.mag - _IDENTITY), _LOW, _HIGH)
+            return float(mean_strength(Schedule(entry.prob, np.where(_HAS_MAG, moved, np.nan),
+                                                count_probs=learned.count_probs))[0])
+
+        if np.isfinite(strength_target[e]) and np.isfinite(strength(1.0)) and strength(1.0) > 0:
+            # A factor of 1 / (the smallest nonzero strength) takes every moving magnitude to its range's end.
+            span = np.maximum(np.abs(_HIGH - _IDENTITY), np.abs(_LOW - _IDENTITY))
+            own = np.abs(entry.mag - _IDENTITY)[0] / span
+            k = _bisect_increasing(strength, float(strength_target[e]), 1.0 / float(np.nanmin(np.where(own > 0, own, np.nan))))
+            mag[e] = np.clip(_IDENTITY + k * (learned.mag[e] - _IDENTITY), _LOW, _HIGH)
+    mag = np.where(_HAS_MAG, mag, np.nan)
+    return Schedule(prob, mag, name=f"{learned.name}-amount-of-{reference.name}", count_probs=learned.count_probs,
+                    provenance={"control": f"{learned.name}'s ops and relative strengths with {reference.name}'s "
+                                           "amount at every entry: the expected ops applied per image (probabilities "
+                                           "scaled) and the probability-weighted mean strength (magnitudes' "
+                                           "distances from identity scaled)",
+                                "note": "a comparison control for benchmarks; never shipped"})
+
+
 #: What :func:`reordered_schedule` moves of each entry, and the suffix its schedule's name gets.
 REORDER_PARTS = {"both": "", "probabilities": "-prob", "magnitudes": "-mag"}
 
@@ -406,28 +484,34 @@ def main(argv: list[str] | None = None) -> int:
                    "or -mag, as the schedules' do)")
     p.add_argument("--smooth", type=float, help="also write smoothed.json: the learned schedule averaged over a "
                    "centred moving window of this fraction of its entries")
+    p.add_argument("--match-amount", metavar="REFERENCE", help="also write amount.json: the learned schedule's ops "
+                   "with the reference schedule's (JSON path) amount of augmentation at every entry")
     p.add_argument("--profile", type=int, metavar="N",
-                   help="only print the learned schedule's mean slot probability, mean strength (mean_strength) and "
+                   help="only print the learned schedule's mean slot probability, ops applied per image (applied_ops), "
+                   "mean strength (mean_strength) and "
                    "op spread (op_spread) over N equal parts of its entries")
     p.add_argument("--out", help="folder for pba.json, initial.json, last.json, mean.json, shuffled.json "
-                   "(and delayed.json, ramped.json, strength.json)")
+                   "(and delayed.json, ramped.json, strength.json, smoothed.json, amount.json, reversed.json, "
+                   "time-shuffled.json)")
     args = p.parse_args(argv)
     from hba_augment import pretrained
 
     learned = (pretrained.load_pretrained(args.learned) if args.learned in pretrained.available_policies()
                else Schedule.load(args.learned))
     if args.profile:
-        strength, spread = mean_strength(learned), op_spread(learned)
+        strength, spread, applied = mean_strength(learned), op_spread(learned), applied_ops(learned)
 
         def mean(values: np.ndarray) -> float:
             return float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
 
         for part in np.array_split(np.arange(learned.epochs), min(args.profile, learned.epochs)):
-            print(f"entries {part[0]}-{part[-1]}: mean p {learned.prob[part].mean():.3f}, mean strength "
-                  f"{mean(strength[part]):.3f}, op spread {mean(spread[part]):.3f}")
+            print(f"entries {part[0]}-{part[-1]}: mean p {learned.prob[part].mean():.3f}, ops applied "
+                  f"{applied[part].mean():.3f}, mean strength {mean(strength[part]):.3f}, op spread "
+                  f"{mean(spread[part]):.3f}")
         return 0
     if args.out is None:
         p.error("--out is required (unless --profile)")
+    reference = Schedule.load(args.match_amount) if args.match_amount else None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     shuffled, perm = shuffled_schedule(learned, args.seed)
@@ -441,6 +525,8 @@ def main(argv: list[str] | None = None) -> int:
                              if args.strength_ramp is not None else ()),
                            *((("smoothed", smoothed_schedule(learned, args.smooth)),) if args.smooth is not None
                              else ()),
+                           *((("amount", amount_matched_schedule(learned, reference)),)
+                             if reference is not None else ()),
                            *(((f"reversed{part}", reordered_schedule(learned, "reversed", part=args.reorder_part)),
                               (f"time-shuffled{part}",
                                reordered_schedule(learned, "shuffled", args.seed, args.reorder_part)))

@@ -271,6 +271,52 @@ def test_mean_strength_weighs_each_slot_s_distance_from_identity_by_its_probabil
     assert np.isnan(strength[0]) and strength[1] == pytest.approx((0.5 * 0.5 + 0.25 * 1.0) / 0.75)
 
 
+def test_amount_matched_control_takes_the_reference_s_amount_and_keeps_its_own_mix(cs):
+    rng = np.random.default_rng(1)
+    low = np.array([o.low if o.has_magnitude else np.nan for o in OPS])
+    high = np.array([o.high if o.has_magnitude else np.nan for o in OPS])
+    identity = np.array([o.identity if o.has_magnitude else np.nan for o in OPS])
+
+    def random_schedule(name: str, p_scale: float, m_scale: float) -> Schedule:
+        prob = p_scale * rng.random((4, 2, NUM_OPS))
+        mag = np.clip(identity + m_scale * rng.uniform(-1, 1, (4, 2, NUM_OPS)) * (high - low), low, high)
+        return Schedule(prob, mag, name=name)
+
+    # A light schedule matched to a heavier one (more ops, stronger), and a heavy one matched to a light one.
+    for learned, reference in ((random_schedule("learned", 0.02, 0.05), random_schedule("reference", 0.3, 0.3)),
+                               (random_schedule("heavy", 0.5, 0.4), random_schedule("light", 0.01, 0.02))):
+        matched = cs.amount_matched_schedule(learned, reference)
+        assert matched.name == f"{learned.name}-amount-of-{reference.name}"
+        np.testing.assert_allclose(cs.applied_ops(matched), cs.applied_ops(reference), rtol=1e-6)
+        np.testing.assert_allclose(cs.mean_strength(matched), cs.mean_strength(reference), rtol=1e-6)
+        assert not np.allclose(cs.applied_ops(learned), cs.applied_ops(reference), rtol=1e-2)
+        # Its own mix: one factor an entry on the probabilities (none reaches 1 here), and on the distances
+        # from identity of the magnitudes that were not clipped.
+        ratio = matched.prob / learned.prob
+        np.testing.assert_allclose(ratio, ratio[:, :1, :1].repeat(2, 1).repeat(NUM_OPS, 2), rtol=1e-9)
+        with np.errstate(invalid="ignore", divide="ignore"):  # NaN for the ops without a magnitude
+            moved = (matched.mag - identity) / (learned.mag - identity)
+        inside = (matched.mag > low) & (matched.mag < high) & np.isfinite(moved)
+        for e in range(4):
+            assert np.ptp(moved[e][inside[e]]) < 1e-9
+        assert np.isnan(matched.mag[:, :, OP_NAMES.index("Equalize")]).all()
+    with pytest.raises(ValueError, match="entries"):
+        cs.amount_matched_schedule(learned, Schedule(reference.prob[:2], reference.mag[:2], name="short"))
+
+
+def test_amount_matched_control_reaches_what_it_can_when_the_target_is_out_of_reach(cs):
+    low = np.array([o.low if o.has_magnitude else np.nan for o in OPS])
+    high = np.array([o.high if o.has_magnitude else np.nan for o in OPS])
+    prob = np.zeros((1, 2, NUM_OPS))
+    prob[0, 0, OP_NAMES.index("Rotate")] = 0.1  # one slot: its probability caps at 1
+    learned = Schedule(prob, np.broadcast_to(low + 0.1 * (high - low), (1, 2, NUM_OPS)), name="one")
+    reference = Schedule(np.full((1, 2, NUM_OPS), 0.9), np.broadcast_to(high, (1, 2, NUM_OPS)), name="all")
+    matched = cs.amount_matched_schedule(learned, reference)
+    assert matched.prob[0, 0, OP_NAMES.index("Rotate")] == 1.0 and matched.prob.sum() == 1.0
+    assert matched.mag[0, 0, OP_NAMES.index("Rotate")] == pytest.approx(30.0)  # the range's end
+    assert cs.applied_ops(matched)[0] < cs.applied_ops(reference)[0]
+
+
 def test_op_spread_is_one_for_all_ops_alike_and_zero_for_one_op(cs):
     from hba_augment.functional import OPS
 
