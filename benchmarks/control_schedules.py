@@ -297,9 +297,15 @@ def applied_ops(schedule: Schedule) -> np.ndarray:
     return np.array([float(applied_probability(p, schedule.count_probs).sum()) for p in prob])
 
 
+#: How close (in ops an image receives) :func:`amount_matched_schedule` brings an entry's ops applied to the
+#: reference's: 0.1% of the 1.3 ops at which the default count distribution saturates.
+OPS_TOLERANCE = 1e-3
+
+
 def amount_matched_schedule(learned: Schedule, reference: Schedule) -> Schedule:
     """``learned`` with ``reference``'s amount of augmentation at every entry: entry ``e``'s probabilities
-    scaled by one factor (capped at 1 a slot) so that :func:`applied_ops` equals ``reference``'s at ``e``, then
+    scaled by one factor (capped at 1 a slot) so that :func:`applied_ops` is ``reference``'s at ``e`` (within
+    :data:`OPS_TOLERANCE`, the factor closest to 1 that gets there), then
     every magnitude moved to ``identity + k (m - identity)`` (clipped to its op's range) with the one ``k``
     that makes :func:`mean_strength` ``reference``'s at ``e``. What stays ``learned``'s: which ops, in which
     proportions, and how strong each is relative to the others. Where the target is out of reach (every slot
@@ -319,11 +325,20 @@ def amount_matched_schedule(learned: Schedule, reference: Schedule) -> Schedule:
     mag = np.array(learned.mag, dtype=float)
     for e in range(learned.epochs):
         p = torch.tensor(learned.prob[e], dtype=torch.float64)
-        top = float(p.max())
-        if top > 0:
-            scale = _bisect_increasing(
-                lambda c, p=p: float(applied_probability((c * p).clamp(max=1.0), learned.count_probs).sum()),
-                float(ops_target[e]), 1.0 / top)
+        if bool((p > 0).any()):
+            def applied(c: float, p: torch.Tensor = p) -> float:
+                return float(applied_probability((c * p).clamp(max=1.0), learned.count_probs).sum())
+
+            # The ops applied saturate at the count distribution's mean, where any larger factor gives nearly
+            # the same number but pushes every slot towards 1 and so flattens the mix: take the factor closest
+            # to 1 that comes within OPS_TOLERANCE of the target. Past 1 / max(p) the top slots stay at 1 and
+            # the others still grow, up to every slot at 1.
+            target, own = float(ops_target[e]), applied(1.0)
+            scale = 1.0
+            if own < target - OPS_TOLERANCE:
+                scale = _bisect_increasing(applied, target - OPS_TOLERANCE, 1.0 / float(p[p > 0].min()))
+            elif own > target + OPS_TOLERANCE:
+                scale = _bisect_increasing(applied, target + OPS_TOLERANCE, 1.0)
             prob[e] = np.minimum(scale * learned.prob[e], 1.0)
         else:  # nothing fires: no factor gives it an amount
             prob[e] = learned.prob[e]

@@ -287,7 +287,8 @@ def test_amount_matched_control_takes_the_reference_s_amount_and_keeps_its_own_m
                                (random_schedule("heavy", 0.5, 0.4), random_schedule("light", 0.01, 0.02))):
         matched = cs.amount_matched_schedule(learned, reference)
         assert matched.name == f"{learned.name}-amount-of-{reference.name}"
-        np.testing.assert_allclose(cs.applied_ops(matched), cs.applied_ops(reference), rtol=1e-6)
+        np.testing.assert_allclose(cs.applied_ops(matched), cs.applied_ops(reference), rtol=0,
+                                   atol=cs.OPS_TOLERANCE * 1.0001)
         np.testing.assert_allclose(cs.mean_strength(matched), cs.mean_strength(reference), rtol=1e-6)
         assert not np.allclose(cs.applied_ops(learned), cs.applied_ops(reference), rtol=1e-2)
         # Its own mix: one factor an entry on the probabilities (none reaches 1 here), and on the distances
@@ -300,6 +301,12 @@ def test_amount_matched_control_takes_the_reference_s_amount_and_keeps_its_own_m
         for e in range(4):
             assert np.ptp(moved[e][inside[e]]) < 1e-9
         assert np.isnan(matched.mag[:, :, OP_NAMES.index("Equalize")]).all()
+    # Matched to itself, a schedule is itself, also where its ops applied saturate (the shipped cifar10's
+    # later entries): a factor that pushes every slot towards 1 would give nearly the same number, another mix.
+    shipped = Schedule.load(pretrained_path("cifar10"))
+    same = cs.amount_matched_schedule(shipped, shipped)
+    np.testing.assert_array_equal(same.prob, shipped.prob)
+    np.testing.assert_allclose(same.mag, shipped.mag, rtol=1e-6)
     with pytest.raises(ValueError, match="entries"):
         cs.amount_matched_schedule(learned, Schedule(reference.prob[:2], reference.mag[:2], name="short"))
 
@@ -315,6 +322,14 @@ def test_amount_matched_control_reaches_what_it_can_when_the_target_is_out_of_re
     assert matched.prob[0, 0, OP_NAMES.index("Rotate")] == 1.0 and matched.prob.sum() == 1.0
     assert matched.mag[0, 0, OP_NAMES.index("Rotate")] == pytest.approx(30.0)  # the range's end
     assert cs.applied_ops(matched)[0] < cs.applied_ops(reference)[0]
+    # Within reach only with the top slot capped: it stays at 1 while the others keep growing.
+    prob[0, 1, OP_NAMES.index("Solarize")] = 0.01
+    two = Schedule(prob, learned.mag, name="two")
+    matched = cs.amount_matched_schedule(two, Schedule(np.full((1, 2, NUM_OPS), 0.05), reference.mag, name="r"))
+    assert matched.prob[0, 0, OP_NAMES.index("Rotate")] == 1.0 and 0.1 < matched.prob[0, 1, OP_NAMES.index("Solarize")] < 1
+    np.testing.assert_allclose(cs.applied_ops(matched), cs.applied_ops(Schedule(np.full((1, 2, NUM_OPS), 0.05),
+                                                                                 reference.mag, name="r")),
+                               rtol=0, atol=cs.OPS_TOLERANCE * 1.0001)
 
 
 def test_op_spread_is_one_for_all_ops_alike_and_zero_for_one_op(cs):
