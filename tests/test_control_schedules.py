@@ -302,8 +302,10 @@ def test_amount_matched_control_takes_the_reference_s_amount_and_keeps_its_own_m
             assert np.ptp(moved[e][inside[e]]) < 1e-9
         assert np.isnan(matched.mag[:, :, OP_NAMES.index("Equalize")]).all()
     # Matched to itself, a schedule is itself, also where its ops applied saturate (the shipped cifar10's
-    # later entries): a factor that pushes every slot towards 1 would give nearly the same number, another mix.
-    shipped = Schedule.load(pretrained_path("cifar10"))
+    # later entries; every 20th, for time): a factor that pushes every slot towards 1 would give nearly the same number, another mix.
+    full = Schedule.load(pretrained_path("cifar10"))
+    shipped = Schedule(full.prob[::20], full.mag[::20], name="cifar10-every-20th", count_probs=full.count_probs)
+    assert (cs.applied_ops(shipped) > 1.29).sum() >= 5  # half of these entries saturate
     same = cs.amount_matched_schedule(shipped, shipped)
     np.testing.assert_array_equal(same.prob, shipped.prob)
     np.testing.assert_allclose(same.mag, shipped.mag, rtol=1e-6)
