@@ -89,6 +89,8 @@ _LOW = np.array([s.low if s.has_magnitude else np.nan for s in OPS])
 _HIGH = np.array([s.high if s.has_magnitude else np.nan for s in OPS])
 _HAS_MAG = np.array([s.has_magnitude for s in OPS])
 _IDENTITY = np.array([s.identity if s.has_magnitude else np.nan for s in OPS])
+#: The farthest a magnitude can be from its op's identity: what a strength of 1 is (:func:`mean_strength`).
+_SPAN = np.maximum(np.abs(_HIGH - _IDENTITY), np.abs(_LOW - _IDENTITY))
 #: Entries of a ramped control: PBA's schedule has one per epoch of its 200-epoch search; 100 make the ramp
 #: smooth enough for any run.
 RAMP_ENTRIES = 100
@@ -244,11 +246,7 @@ def ramped_schedule(learned: Schedule, ramp: float, entries: int = RAMP_ENTRIES)
     scales = []
     for e in range(entries):
         share = min(1.0, e / (ramp * entries))
-        low, high = 0.0, 1.0  # applied() rises with the scale: bisect to 1e-9
-        while 0 < share < 1 and high - low > 1e-9:
-            mid = (low + high) / 2
-            low, high = (mid, high) if applied(mid) < share * full else (low, mid)
-        scales.append(share if share in (0, 1) else (low + high) / 2)
+        scales.append(share if share in (0, 1) else _bisect_increasing(applied, share * full, 1.0))
     prob = np.asarray(scales)[:, None, None] * learned.prob[-1]
     return Schedule(prob, np.broadcast_to(learned.mag[-1], (entries, 2, NUM_OPS)),
                     name=f"{learned.name}-ramp{round(100 * ramp)}", count_probs=learned.count_probs, provenance={
@@ -342,18 +340,17 @@ def amount_matched_schedule(learned: Schedule, reference: Schedule) -> Schedule:
             prob[e] = np.minimum(scale * learned.prob[e], 1.0)
         else:  # nothing fires: no factor gives it an amount
             prob[e] = learned.prob[e]
-        entry = Schedule(prob[e:e + 1], learned.mag[e:e + 1], count_probs=learned.count_probs)
 
-        def strength(k: float, entry: Schedule = entry) -> float:
-            moved = np.clip(_IDENTITY + k * (entry.mag - _IDENTITY), _LOW, _HIGH)
-            return float(mean_strength(Schedule(entry.prob, np.where(_HAS_MAG, moved, np.nan),
-                                                count_probs=learned.count_probs))[0])
+        def strength(k: float, e: int = e) -> float:
+            moved = np.clip(_IDENTITY + k * (learned.mag[e:e + 1] - _IDENTITY), _LOW, _HIGH)
+            return float(_strength(prob[e:e + 1], moved)[0])
 
-        if np.isfinite(strength_target[e]) and np.isfinite(strength(1.0)) and strength(1.0) > 0:
+        own_strength = strength(1.0)
+        if np.isfinite(strength_target[e]) and np.isfinite(own_strength) and own_strength > 0:
             # A factor of 1 / (the smallest nonzero strength) takes every moving magnitude to its range's end.
-            span = np.maximum(np.abs(_HIGH - _IDENTITY), np.abs(_LOW - _IDENTITY))
-            own = np.abs(entry.mag - _IDENTITY)[0] / span
-            k = _bisect_increasing(strength, float(strength_target[e]), 1.0 / float(np.nanmin(np.where(own > 0, own, np.nan))))
+            each = np.abs(learned.mag[e] - _IDENTITY) / _SPAN
+            reach = 1.0 / float(np.nanmin(np.where(each > 0, each, np.nan)))
+            k = _bisect_increasing(strength, float(strength_target[e]), reach)
             mag[e] = np.clip(_IDENTITY + k * (learned.mag[e] - _IDENTITY), _LOW, _HIGH)
     mag = np.where(_HAS_MAG, mag, np.nan)
     return Schedule(prob, mag, name=f"{learned.name}-amount-of-{reference.name}", count_probs=learned.count_probs,
@@ -429,9 +426,14 @@ def mean_strength(schedule: Schedule) -> np.ndarray:
     """Per entry, the slots' mean strength weighted by their probabilities (NaN where no magnitude slot may
     fire): a magnitude's strength is its distance from the op's identity as a fraction of the farthest its
     range reaches (0 mildest, 1 strongest; ops without a magnitude left out)."""
-    span = np.maximum(np.abs(_HIGH - _IDENTITY), np.abs(_LOW - _IDENTITY))
-    strength = np.abs(schedule.mag - _IDENTITY) / span
-    weight = np.where(_HAS_MAG, schedule.prob, 0.0)
+    return _strength(schedule.prob, schedule.mag)
+
+
+def _strength(prob: np.ndarray, mag: np.ndarray) -> np.ndarray:
+    """:func:`mean_strength` of ``(entries, 2, NUM_OPS)`` arrays (no :class:`Schedule` built, for the bisection
+    of :func:`amount_matched_schedule`)."""
+    strength = np.abs(mag - _IDENTITY) / _SPAN
+    weight = np.where(_HAS_MAG, prob, 0.0)
     total = weight.sum(axis=(1, 2))
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(total > 0, np.nansum(weight * strength, axis=(1, 2)) / total, np.nan)
