@@ -34,7 +34,8 @@ from PIL import Image
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from throughput import default_data_dir, git_commit, load_images  # noqa: E402
+from _provenance import git_commit  # noqa: E402
+from throughput import default_data_dir, load_images  # noqa: E402
 
 import hba_augment  # noqa: E402
 from hba_augment.functional import OPS  # noqa: E402

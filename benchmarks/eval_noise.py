@@ -45,7 +45,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from throughput import git_commit  # noqa: E402
+from _provenance import git_commit  # noqa: E402
 
 from hba_augment._runner import Standardisation, describe_device  # noqa: E402
 from hba_augment.models import create_model  # noqa: E402

@@ -46,9 +46,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from _provenance import git_commit  # noqa: E402
 from compare_commits import import_base  # noqa: E402
 from sync_free import _policy  # noqa: E402
-from throughput import default_data_dir, git_commit, load_images  # noqa: E402
+from throughput import default_data_dir, load_images  # noqa: E402
 
 import hba_augment  # noqa: E402
 import hba_augment.functional._augment as augment_module  # noqa: E402

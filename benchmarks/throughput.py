@@ -39,7 +39,6 @@ import os
 import pickle
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -56,6 +55,7 @@ from torchvision.transforms import v2
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from _provenance import git_commit  # noqa: E402
 from reference_pba import PBATemplate  # noqa: E402
 
 from hba_augment import HBAPolicy, Schedule  # noqa: E402
@@ -146,19 +146,6 @@ def write_shape_rows(out: Path, command: str, device: torch.device, repeats: int
     ]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-
-
-def git_commit() -> str:
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True, text=True, check=True
-        )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=HERE, capture_output=True, text=True
-        )
-        return commit.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 class Candidate:

@@ -37,6 +37,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _provenance import git_commit
+
 #: Each mode's options (``compile``: the network and an ``hba:`` policy's pixel work through inductor).
 MODES = {"eager": [], "graphs": ["--cuda-graphs"], "compile": ["--compile"]}
 
@@ -70,7 +73,8 @@ def summarise(run: Path) -> dict[str, object]:
     result = json.loads((run / "result.json").read_text()) if (run / "result.json").exists() else {}
     return {"epochs": len(seconds), "first_epoch_seconds": seconds[0] if seconds else None,
             "median_epoch_seconds": statistics.median(seconds[1:] or seconds) if seconds else None,
-            "test_error": result.get("test_error")}
+            "test_error": result.get("test_error"),
+            "device_description": result.get("config", {}).get("device_description")}
 
 
 def run_mode(args: argparse.Namespace, mode: str, root: Path) -> list[dict[str, object]]:
@@ -115,7 +119,8 @@ def markdown(meta: dict[str, object], rows: list[dict[str, object]]) -> str:
     lanes = "fused" if meta.get("fuse") else "lanes"
     layout = f"{meta['procs']} x {meta['lanes']} {lanes}" if meta.get("lanes", 1) > 1 else f"{meta['procs']}"
     lines = [f"# {layout} trainings side by side, per mode ({meta['device']})", "",
-             f"- Command: `{meta['command']}`", f"- Date: {meta['date']}", "",
+             f"- Command: `{meta['command']}`", f"- Date: {meta['date']}",
+             f"- Commit: {meta.get('commit', 'unknown')}", "",
              "| mode | run | epochs | s per epoch (median) | first epoch s | wall s | test error | exit |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -169,12 +174,15 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for mode in args.epochs:
             rows += run_mode(args, mode, Path(tmp))
-    device = args.device
-    if device.startswith("cuda"):
+    # The machine as the runs describe it (a CPU's model, cores and threads); "cpu" says too little.
+    described = [r["device_description"] for r in rows if r.get("device_description")]
+    device = described[0] if described else args.device
+    if args.device.startswith("cuda"):
         import torch  # only here: the script itself runs no torch
 
-        device = torch.cuda.get_device_name(torch.device(device))
-    meta = {"procs": args.procs, "lanes": args.lanes, "fuse": args.fuse and args.lanes > 1, "device": device, "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        device = torch.cuda.get_device_name(torch.device(args.device))
+    meta = {"procs": args.procs, "lanes": args.lanes, "fuse": args.fuse and args.lanes > 1, "device": device,
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "commit": git_commit(),
             "command": "python3 benchmarks/train_speed.py " + shlex.join(sys.argv[1:] if argv is None else argv)}
     text = markdown(meta, rows)
     print(text)

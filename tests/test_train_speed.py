@@ -25,7 +25,12 @@ def test_each_mode_runs_its_trainings_at_once_and_is_summarised(cifar_dir: Path,
     assert [(r["mode"], r["epochs"]) for r in rows] == [("graphs", 2), ("graphs", 2), ("eager", 1), ("eager", 1)]
     for r in rows:
         assert r["exit_code"] == 0 and r["median_epoch_seconds"] > 0 and 0 <= r["test_error"] <= 100
-    assert "graphs: median over runs" in out.with_suffix(".md").read_text()
+    md = out.with_suffix(".md").read_text()
+    assert "graphs: median over runs" in md
+    # The table names the machine as the runs describe it (a CPU's model, not just "cpu") and the commit.
+    assert md.startswith("# 2 trainings side by side, per mode (CPU: ")
+    assert rows[0]["device_description"].startswith("CPU: ")
+    assert "- Commit: " in md and "- Commit: unknown" not in md
 
 
 def test_a_failing_run_is_reported_with_its_log(tmp_path: Path):
