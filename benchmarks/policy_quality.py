@@ -204,22 +204,31 @@ def _check_hba(schedule: str) -> None:
 #: ``hba-augment train`` flags that change a run's speed (and rounding), not what it trains.
 _SPEED_ONLY = ("--compile", "--cuda-graphs")
 #: ``hba-augment train`` options whose value does not change what a run trains: machine-specific (data
-#: location, output folder) or speed only (how often a checkpoint is written).
-_VALUE_FREE = ("--data-dir", "--out", "--checkpoint-every")
+#: location, output folder) or speed only (how often a checkpoint is written; how many torch threads share
+#: the work, which like ``--compile`` changes only the order of floating-point sums).
+_VALUE_FREE = ("--data-dir", "--out", "--checkpoint-every", "--threads")
 
 
-def _run_key(cmd: list[str]) -> list[str]:
-    """What defines a run's result: its ``hba-augment train`` arguments without the machine-specific ones
-    (interpreter, data location, output folder) and the ones that change only its speed (``--compile``,
-    ``--cuda-graphs``, ``--checkpoint-every``), so that a result committed on one machine is reused on another."""
+def canonical_key(args: list[str]) -> list[str]:
+    """``args`` (a run's ``hba-augment train`` arguments, or a saved key) without the options that do not
+    define its result (``_VALUE_FREE`` with their values, ``_SPEED_ONLY``). Saved keys go through it too, so a
+    record written before an option joined those lists still matches the same run."""
     key, skip = [], False
-    for arg in cmd[3:]:
+    for arg in args:
         if skip:
             skip = False
         elif arg in _VALUE_FREE:
             skip = True
         elif arg not in _SPEED_ONLY:
             key.append(arg)
+    return key
+
+
+def _run_key(cmd: list[str]) -> list[str]:
+    """What defines a run's result: its ``hba-augment train`` arguments (after the interpreter) as
+    ``canonical_key`` keeps them, then its schedule file's content, so that a result committed on one machine
+    is reused on another and a changed schedule is trained again."""
+    key = canonical_key(cmd[3:])
     digest = _schedule_digest(cmd[cmd.index("--policy") + 1])
     return key if digest is None else [*key, f"{SCHEDULE_DIGEST}{digest}"]
 
@@ -230,7 +239,7 @@ def _reused(key: list[str], record: Path) -> dict[str, Any] | None:
     if not record.exists():
         return None
     saved = json.loads(record.read_text(encoding="utf-8"))
-    if saved.get("key") != key:
+    if not isinstance(saved.get("key"), list) or canonical_key(saved["key"]) != key:
         return None
     return {"result": saved["result"], "wall_seconds": saved["wall_seconds"], "reused": True}
 

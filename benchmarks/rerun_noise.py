@@ -27,7 +27,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from policy_quality import SCHEDULE_DIGEST  # the records' key is the benchmark's own
+from policy_quality import SCHEDULE_DIGEST, canonical_key  # the records' key is the benchmark's own
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,6 +39,7 @@ def _identity(record: dict[str, Any]) -> tuple[str, ...] | None:
     key, result = record.get("key"), record.get("result", {})
     if not isinstance(key, list) or "test_error" not in result:
         return None
+    key = canonical_key(key)  # a record from before an option became value-free is the same run
     digest = next((k for k in key if isinstance(k, str) and k.startswith(SCHEDULE_DIGEST)), None)
     out, skip = [], False
     for i, arg in enumerate(key):

@@ -366,6 +366,7 @@ def test_run_records_are_reused_by_key_and_schedule_content(pq, tmp_path):
     # Speed-only flags train the same run: a record made without them is reused with them.
     assert pq._run_key([*cmd, "--cuda-graphs", "--compile"]) == key
     assert pq._run_key([*cmd, "--checkpoint-every", "0"]) == key  # how often a checkpoint is written
+    assert pq._run_key([*cmd, "--threads", "2"]) == key  # how many threads share the work
     assert pq._run_key([*cmd, "--amp"]) != key
     sched.write_text('{"changed": 1}')
     assert pq._run_key(cmd) != key  # a changed schedule is trained again
@@ -373,6 +374,13 @@ def test_run_records_are_reused_by_key_and_schedule_content(pq, tmp_path):
     record.write_text(json.dumps({"key": pq._run_key(cmd), "wall_seconds": 1.0, "result": {"test_error": 12.5}}))
     run = pq._run_one(cmd, tmp_path / "run", record, {}, "label")  # reused: nothing is launched
     assert run == {"result": {"test_error": 12.5}, "wall_seconds": 1.0, "reused": True}
+    # A record written while --threads was still part of a key is the same run on any number of threads.
+    old_key = [*pq._run_key(cmd)[:-1], "--threads", "1", pq._run_key(cmd)[-1]]
+    record.write_text(json.dumps({"key": old_key, "wall_seconds": 1.0, "result": {"test_error": 12.5}}))
+    assert pq._run_one([*cmd, "--threads", "2"], tmp_path / "run", record, {}, "label")["reused"]
+    record.write_text(json.dumps({"key": [*old_key[:-1], "--amp", old_key[-1]], "wall_seconds": 1.0,
+                                  "result": {"test_error": 12.5}}))
+    assert pq._reused(pq._run_key(cmd), record) is None  # another run's record (with --amp) is not reused
 
 
 def test_a_new_run_record_names_the_commit_it_started_from(pq, tmp_path):

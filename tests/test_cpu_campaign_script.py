@@ -51,6 +51,8 @@ def test_report_rebuilds_what_run_trains():
     assert trained.items() <= reported.items()
     assert set(reported) - set(trained) == {"trivialaugment", "pba"}
     assert "--extra=--amp" in train
+    # One run at a time on both cores (RESULTS.md, "Seed 3, and one run at a time on two threads").
+    assert _option(train, "--jobs") == "1" and _option(train, "--threads") == "2"
     assert _option(train, "--model") == "wrn-40-2" and _option(train, "--epochs") == "200"
     # paired.py compares the reported policies, the CPU's table a block beside the GPU's.
     assert paired[1] == "benchmarks/paired.py"
