@@ -1,26 +1,32 @@
-"""The commit a benchmark's table names, for the benchmarks (torch-free, so that a script that runs no torch
-itself, such as ``train_speed.py``, can name its commit without importing it)."""
+"""Where a benchmark's results came from, for the benchmarks: the git commit their tables name (torch-free,
+so that a script that runs no torch itself, such as ``train_speed.py``, can name its commit without importing
+it)."""
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
 
-__all__ = ["git_commit"]
+__all__ = ["git", "git_commit"]
 
 HERE = Path(__file__).resolve().parent
+
+
+def git(*args: str) -> str | None:
+    """``git ARGS``'s stripped output in this checkout, or ``None`` when git fails, is missing, or takes over
+    30 s (outside a git checkout, for one)."""
+    try:
+        return subprocess.run(["git", *args], cwd=HERE, capture_output=True, text=True, check=True,
+                              timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 def git_commit() -> str:
     """``HEAD``'s full hash, with ``" (with uncommitted changes)"`` when tracked files differ from it, or
     ``"unknown"`` outside a git checkout."""
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True, text=True, check=True
-        )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=HERE, capture_output=True, text=True
-        )
-        return commit.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.CalledProcessError):
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
         return "unknown"
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return commit + (" (with uncommitted changes)" if dirty else "")

@@ -43,6 +43,9 @@ from typing import Any
 
 from hba_augment._cli_common import positive_int
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _provenance import git
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "cifar-10-jpeg.tar.gz"
 #: How a run's key names its schedule's content (``_run_key``), followed by the file's sha256.
@@ -162,13 +165,6 @@ def _schedule_digest(policy: str) -> str | None:
 
 def _slug(policy: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in policy)[:80]
-
-
-def _git(*args: str) -> str | None:
-    try:
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 def _machine(device: str = "cpu") -> dict[str, Any]:
@@ -295,8 +291,8 @@ def _run_group(cmds: list[list[str]], outs: list[Path], records: list[Path], env
         outs[i].mkdir(parents=True, exist_ok=True)
     # The code the runs start from, read now: later commits in the same invocation do not change it. Only the
     # package counts as modified; result files and notes being edited alongside do not change a run.
-    code = {"commit": _git("rev-parse", "HEAD"),
-            "package_modified": bool(_git("status", "--porcelain", "--untracked-files=no", "--", "hba_augment"))}
+    code = {"commit": git("rev-parse", "HEAD"),
+            "package_modified": bool(git("status", "--porcelain", "--untracked-files=no", "--", "hba_augment"))}
     log_path = outs[todo[0]] / "log.txt"
     start, started = time.perf_counter(), time.time()
     with open(log_path, "a", encoding="utf-8") as log:
@@ -386,8 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         if _base_policy(item) == "hba":
             _check_hba(_policy_arg(item, args.hba)[4:])
     started = datetime.datetime.now(datetime.timezone.utc)
-    commit = _git("rev-parse", "HEAD")
-    dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+    commit = git("rev-parse", "HEAD")
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
     machine = _machine(args.device)
 
     jobs = _jobs(args, runs_dir)

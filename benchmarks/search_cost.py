@@ -52,7 +52,6 @@ import math
 import os
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -70,6 +69,9 @@ from hba_augment.functional._table import OPS
 from hba_augment.schedule import Schedule
 from hba_augment.search import loop
 from hba_augment.train import trainer as evaluate  # policy evaluation
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _provenance import git
 
 __all__ = ["METHODS", "PROTOCOL", "load_images", "main", "render_markdown", "run_benchmark", "train_images_needed"]
 
@@ -420,19 +422,11 @@ def run_benchmark(
     return out
 
 
-def _git(*args: str) -> str | None:
-    try:
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True,
-                              timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
 def _header(args: argparse.Namespace, command: str) -> dict[str, Any]:
     import torchvision
 
-    commit = _git("rev-parse", "HEAD")
-    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    commit = git("rev-parse", "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
     return {
         "command": command,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

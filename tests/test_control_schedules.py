@@ -393,7 +393,7 @@ def test_a_new_run_record_names_the_commit_it_started_from(pq, tmp_path):
     assert run["result"] == {"test_error": 7.5} and not run["reused"]
     saved = json.loads(record.read_text())
     assert saved["key"] == pq._run_key(cmd)
-    assert saved["code"]["commit"] == pq._git("rev-parse", "HEAD")
+    assert saved["code"]["commit"] == pq.git("rev-parse", "HEAD")
     assert saved["code"]["commit"] is None or len(saved["code"]["commit"]) == 40
     assert isinstance(saved["code"]["package_modified"], bool)
     assert pq._run_one(cmd, tmp_path / "run", record, {}, "none seed 0")["reused"]  # the record is reused
