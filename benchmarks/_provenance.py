@@ -9,14 +9,16 @@ from pathlib import Path
 
 __all__ = ["git", "git_commit"]
 
-HERE = Path(__file__).resolve().parent
+#: The checkout's root: paths given to :func:`git` are relative to it.
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def git(*args: str) -> str | None:
-    """``git ARGS``'s stripped output in this checkout, or ``None`` when git fails, is missing, or takes over
-    30 s (outside a git checkout, for one)."""
+    """``git ARGS``'s stripped output, run at the checkout's root (``ROOT``, so that a path such as
+    ``hba_augment`` names the package), or ``None`` when git fails, is missing, or takes over 30 s (outside a
+    git checkout, for one)."""
     try:
-        return subprocess.run(["git", *args], cwd=HERE, capture_output=True, text=True, check=True,
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True,
                               timeout=30).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None

@@ -27,6 +27,8 @@ def test_the_commit_is_head_and_says_when_tracked_files_differ():
                            text=True).stdout.strip()
     assert _provenance.git_commit() == head + (" (with uncommitted changes)" if dirty else "")
     assert re.fullmatch(r"[0-9a-f]{40}", head)
+    # Paths are the checkout root's, as policy_quality.py's "package_modified" (git status -- hba_augment) needs.
+    assert _provenance.git("ls-files", "--", "hba_augment/__init__.py") == "hba_augment/__init__.py"
 
 
 def test_a_failing_git_gives_none_and_an_unknown_commit(monkeypatch):
