@@ -20,13 +20,14 @@ SCRIPT = ROOT / "benchmarks" / "campaigns" / "cpu_paper_scale.sh"
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 
 
-def _dry(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DRY_RUN": "1", "PYTHON": "py"}
+def _dry(*args: str, **layout: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("JOBS", "THREADS")}
+    env.update(DRY_RUN="1", PYTHON="py", **layout)
     return subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60)
 
 
-def _commands(*args: str) -> list[list[str]]:
-    done = _dry(*args)
+def _commands(*args: str, **layout: str) -> list[list[str]]:
+    done = _dry(*args, **layout)
     assert done.returncode == 0, done.stderr
     return [shlex.split(line.removeprefix("would run: ")) for line in done.stdout.splitlines()]
 
@@ -51,14 +52,21 @@ def test_report_rebuilds_what_run_trains():
     assert trained.items() <= reported.items()
     assert set(reported) - set(trained) == {"trivialaugment", "pba"}
     assert "--extra=--amp" in train
-    # One run at a time on both cores (RESULTS.md, "Seed 3, and one run at a time on two threads").
-    assert _option(train, "--jobs") == "1" and _option(train, "--threads") == "2"
+    # Two runs side by side on one thread each (RESULTS.md, "Two runs side by side again").
+    assert _option(train, "--jobs") == "2" and _option(train, "--threads") == "1"
     assert _option(train, "--model") == "wrn-40-2" and _option(train, "--epochs") == "200"
     # paired.py compares the reported policies, the CPU's table a block beside the GPU's.
     assert paired[1] == "benchmarks/paired.py"
     assert _option(paired, "--block") == "benchmarks/results/cpu_paper_scale/policy_quality.json"
     names = paired[3:paired.index("--block")]
     assert set(names) <= set(reported)
+
+
+def test_jobs_and_threads_set_the_layout_of_both_commands():
+    (train,) = _commands("run", JOBS="1", THREADS="2")
+    quality, _ = _commands("report", JOBS="1", THREADS="2")
+    for argv in (train, quality):
+        assert _option(argv, "--jobs") == "1" and _option(argv, "--threads") == "2"
 
 
 def test_labels_and_schedules_are_the_gpu_tables():
