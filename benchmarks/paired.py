@@ -24,10 +24,18 @@ one run's noise pooled within policy and block over every block, its degrees of 
 That assumes the difference, not the level, is the same on every machine, and that one run's noise is
 alike on all (each block's own noise is printed beside it).
 
+A main effect of a factorial design (which of two amounts of augmentation, which of two mixes of ops) is
+a contrast of several policies: ``--contrast A1+A2=B1+B2`` (repeatable) tests the mean of A1's and A2's means
+less the mean of B1's and B2's, each over its own seeds, with the first table's pooled noise: ``t = d / (s
+sqrt(sum 1 / (k_A^2 n_i) + sum 1 / (k_B^2 n_j)))`` over the ``k_A`` and ``k_B`` policies of the two sides.
+
 Usage::
 
     python benchmarks/paired.py benchmarks/results/paper_scale_cifar10/test/policy_quality.json pba pba-mean \\
         trivialaugment pba [--block benchmarks/results/cpu_paper_scale/policy_quality.json] [--out FILE.md]
+    python benchmarks/paired.py benchmarks/results/cpu_paper_scale/policy_quality.json \\
+        --contrast population-paper4+null-population-paper4-amount-of-population-paper4=\\
+null-population-paper4+population-paper4-amount-of-null-population-paper4
 
 A policy is named as in the table's ``policy`` column (e.g. ``pba``, ``start-teacher-ta-decay1``, or a
 ``hba:PATH`` argument as written).
@@ -112,6 +120,32 @@ def blocked_test(blocks: list[tuple[dict[int, float], dict[int, float]]],
     return out
 
 
+def contrast_test(a: list[dict[int, float]], b: list[dict[int, float]],
+                  noise: tuple[float, int]) -> dict[str, Any]:
+    """The mean of ``a``'s policies' means less the mean of ``b``'s, with the pooled ``noise``.
+
+    Args:
+        a, b: each a list of policies' errors by seed (a 2x2's main effect: two policies a side).
+        noise: one run's noise pooled over the table's policies (:func:`pooled_noise`), with its degrees of
+            freedom.
+
+    Returns:
+        ``difference``, ``se``, ``t`` and ``p`` (two-sided); NaN where a policy has no run or the noise is
+        unknown.
+    """
+    out: dict[str, Any] = {"difference": math.nan, "se": math.nan, "t": math.nan, "p": math.nan}
+    if not a or not b or not all(a) or not all(b):
+        return out
+    out["difference"] = (statistics.fmean(statistics.fmean(r.values()) for r in a)
+                         - statistics.fmean(statistics.fmean(r.values()) for r in b))
+    s, df = noise
+    if df and s > 0:
+        out["se"] = s * math.sqrt(sum(1 / len(r) for r in a) / len(a) ** 2 + sum(1 / len(r) for r in b) / len(b) ** 2)
+        out["t"] = out["difference"] / out["se"]
+        out["p"] = float(2 * stats.t.sf(abs(out["t"]), df))
+    return out
+
+
 def compare(a: dict[int, float], b: dict[int, float]) -> dict[str, object]:
     """The seed-by-seed comparison of two policies' errors (see the module docstring)."""
     seeds = sorted(set(a) & set(b))
@@ -135,6 +169,27 @@ def _pairs(names: list[str]) -> list[tuple[str, str]]:
     if len(names) % 2:
         raise SystemExit(f"paired: give policies in pairs (A B A B ...), got {len(names)} names")
     return list(zip(names[::2], names[1::2], strict=True))
+
+
+def _contrast(text: str) -> tuple[list[str], list[str]]:
+    left, sep, right = text.partition("=")
+    sides = (left.split("+"), right.split("+"))
+    if not sep or not all(name for side in sides for name in side):
+        raise argparse.ArgumentTypeError(f"a contrast is A1+A2=B1+B2, got {text!r}")
+    return sides
+
+
+def _contrast_lines(errors: dict[str, dict[int, float]], contrasts: list[tuple[list[str], list[str]]],
+                    noise: tuple[float, int]) -> list[str]:
+    """The markdown of the contrasts (``--contrast``), each side's policies with their runs."""
+    lines = ["", "Contrasts (each side the mean of its policies' means):", "",
+             "| A (runs) | B (runs) | mean A - mean B | se | t | p |", "|---|---|---|---|---|---|"]
+    for a, b in contrasts:
+        r = contrast_test([errors[n] for n in a], [errors[n] for n in b], noise)
+        sides = [" + ".join(f"{n} ({len(errors[n])})" for n in side) for side in (a, b)]
+        lines.append(f"| {sides[0]} | {sides[1]} | {_fmt(r['difference'])} | {_fmt(r['se'], '.2f')} | "
+                     f"{_fmt(r['t'])} | {_fmt(r['p'], '.3f')} |")
+    return lines
 
 
 def _fmt(value: object, spec: str = "+.2f") -> str:
@@ -167,12 +222,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("table", type=lambda text: [Path(t) for t in text.split(",")],
                    help="a policy_quality.json, or several, comma-separated (their seeds joined per policy)")
-    p.add_argument("policies", nargs="+", help="pairs A B A B ... (or A=B ...)")
+    p.add_argument("policies", nargs="*", help="pairs A B A B ... (or A=B ...)")
+    p.add_argument("--contrast", type=_contrast, action="append", default=[], metavar="A1+A2=B1+B2",
+                   help="the mean of A1's and A2's means less B1's and B2's, on the first table (module docstring)")
     p.add_argument("--block", type=lambda text: [Path(t) for t in text.split(",")], action="append", default=[],
                    metavar="TABLES", help="another machine's policy_quality.json (comma-separated): its runs are a "
                    "block of their own, compared within it and combined with the others (module docstring)")
     p.add_argument("--out", type=Path, help="also write the markdown table here")
     args = p.parse_args(argv)
+    if not args.policies and not args.contrast:
+        p.error("give pairs of policies, or --contrast")
     try:
         errors = load_errors(*args.table)
         blocks = [errors, *(load_errors(*tables) for tables in args.block)]
@@ -180,15 +239,19 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"paired: {e}") from None
     tables = ", ".join(f"`{t}`" for t in args.table)
     noise = pooled_noise(errors)
-    lines = [f"Seed-by-seed comparisons from {tables} (`python benchmarks/paired.py "
+    lines = [f"Comparisons from {tables} (`python benchmarks/paired.py "
              f"{' '.join(sys.argv[1:] if argv is None else argv)}`); one run's noise pooled over the tables' "
-             f"policies: {noise[0]:.3f} points ({noise[1]} degrees of freedom):", "",
-             "| A | B | seeds | A's errors | B's errors | mean A - B | sd | paired t | paired p | Welch p | pooled p |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"policies: {noise[0]:.3f} points ({noise[1]} degrees of freedom)."]
+    if args.policies:
+        lines += ["", "Seed by seed:", "",
+                  "| A | B | seeds | A's errors | B's errors | mean A - B | sd | paired t | paired p | Welch p | pooled p |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+    named = [n for pair in _pairs(args.policies) for n in pair]
+    named += [n for a, b in args.contrast for n in (*a, *b)]
+    missing = [name for name in named if name not in errors]
+    if missing:
+        raise SystemExit(f"paired: {missing[0]!r} is not a policy of {tables} ({', '.join(errors)})")
     for a, b in _pairs(args.policies):
-        missing = [name for name in (a, b) if name not in errors]
-        if missing:
-            raise SystemExit(f"paired: {missing[0]!r} is not a policy of {tables} ({', '.join(errors)})")
         c = compare(errors[a], errors[b])
         lines.append(f"| {a} | {b} | {','.join(map(str, c['seeds']))} | {', '.join(f'{e:.2f}' for e in c['a'])} | "
                      f"{', '.join(f'{e:.2f}' for e in c['b'])} | {_fmt(c['mean_difference'])} | "
@@ -197,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
                      f"{_fmt(pooled_test(errors[a], errors[b], noise)[1], '.3f')} |")
     if args.block:
         lines += _blocked_lines(blocks, [args.table, *args.block], _pairs(args.policies))
+    if args.contrast:
+        lines += _contrast_lines(errors, args.contrast, noise)
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -53,6 +53,15 @@ def _one_torch_thread() -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (the README's ``-n 2``) every worker shares the cores with the others: one intra-op
+    thread each, for the worker and the commands its tests start, so that OpenMP never oversubscribes them
+    (see :func:`torch_single_thread`)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        torch.set_num_threads(1)
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
 @pytest.fixture(scope="module")
 def torch_single_thread():
     """Run a module's tests with one intra-op thread, then restore the previous setting.

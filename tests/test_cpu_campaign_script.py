@@ -1,7 +1,7 @@
 """``benchmarks/campaigns/cpu_paper_scale.sh``, the CPU's paper-scale campaign (issue 20), dry-run: the table it
 reports holds the runs it trains under the same labels and settings (so the records are reused, not
-retrained), those labels are the GPU table's (so ``paired.py --block`` finds them on both machines), and the
-schedules it names exist."""
+retrained), the labels it compares with the GPU's runs are the GPU table's (so ``paired.py --block`` finds them
+on both machines), the 2x2's contrasts are its main effects, and the schedules it names exist."""
 
 from __future__ import annotations
 
@@ -40,40 +40,80 @@ def _policies(argv: list[str]) -> dict[str, str]:
     return dict(item.split("=", 1) if "=" in item else (item, item) for item in _option(argv, "--policies").split(","))
 
 
+def _without(argv: list[str], *options: str) -> list[str]:
+    """``argv`` less the named options and their values (``--report-only`` has none)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in options:
+            skip = a != "--report-only"
+        else:
+            out.append(a)
+    return out
+
+
 def test_report_rebuilds_what_run_trains():
-    (train,) = _commands("run")
-    quality, paired = _commands("report")
+    train, *after = _commands("run")
+    report = _commands("report")
+    quality, with_gpu, cpu_only = report
+    assert after == report  # a finished `run` writes the tables
     assert train[:3] == ["nice", "-n", "5"] and train[3] == "py"
     assert "--report-only" in quality and "--report-only" not in train
-    # Everything but the policies and --report-only is the same, so the records of `run` are the table's.
-    same = [a for a in quality[1:] if a != "--report-only" and a != _option(quality, "--policies")]
-    assert same == [a for a in train[4:] if a != _option(train, "--policies")]
+    # Everything but the seeds, the policies and --report-only is the same, so the records of `run` are the
+    # table's.
+    assert _without(quality[1:], "--report-only", "--seeds", "--policies") == _without(train[4:], "--seeds", "--policies")
+    assert set(_option(train, "--seeds").split(",")) <= set(_option(quality, "--seeds").split(","))
     trained, reported = _policies(train), _policies(quality)
     assert trained.items() <= reported.items()
-    assert set(reported) - set(trained) == {"trivialaugment", "pba"}
+    assert set(reported) - set(trained) == {"trivialaugment", "pba", "population-paper4", "null-population-paper4"}
     assert "--extra=--amp" in train
-    # Two runs side by side on one thread each (RESULTS.md, "Two runs side by side again").
-    assert _option(train, "--jobs") == "2" and _option(train, "--threads") == "1"
+    # One run at a time on both cores (RESULTS.md, "Seeds 4 and 5").
+    assert _option(train, "--jobs") == "1" and _option(train, "--threads") == "2"
     assert _option(train, "--model") == "wrn-40-2" and _option(train, "--epochs") == "200"
-    # paired.py compares the reported policies, the CPU's table a block beside the GPU's.
-    assert paired[1] == "benchmarks/paired.py"
-    assert _option(paired, "--block") == "benchmarks/results/cpu_paper_scale/policy_quality.json"
-    names = paired[3:paired.index("--block")]
-    assert set(names) <= set(reported)
+    # paired.py compares the reported policies, the CPU's table a block beside the GPU's, and the 2x2 on the
+    # CPU's table alone.
+    assert with_gpu[1] == cpu_only[1] == "benchmarks/paired.py"
+    assert _option(with_gpu, "--block") == "benchmarks/results/cpu_paper_scale/policy_quality.json"
+    assert cpu_only[2] == "benchmarks/results/cpu_paper_scale/policy_quality.json"
+    for argv in (with_gpu, cpu_only):
+        names = argv[3:next(i for i, a in enumerate(argv) if a.startswith("--"))]
+        assert set(names) <= set(reported)
+
+
+def test_the_contrasts_are_the_2x2s_main_effects():
+    *_, cpu_only = _commands("report")
+    # (ops, amount) of each cell: the pair's two schedules and the two with the other's amount.
+    cells = {"population-paper4": ("search", "search"), "null-population-paper4": ("null", "null"),
+             "null-population-paper4-amount-of-population-paper4": ("null", "search"),
+             "population-paper4-amount-of-null-population-paper4": ("search", "null")}
+    contrasts = [cpu_only[i + 1] for i, a in enumerate(cpu_only) if a == "--contrast"]
+    factors = []
+    for contrast in contrasts:
+        a, b = (side.split("+") for side in contrast.split("="))
+        assert len(a) == len(b) == 2 and set(a) | set(b) == set(cells)
+        # Each side holds one level of one factor and both levels of the other.
+        for factor in (0, 1):
+            levels_a, levels_b = {cells[n][factor] for n in a}, {cells[n][factor] for n in b}
+            if levels_a == {"search"} and levels_b == {"null"}:
+                factors.append(factor)
+            else:
+                assert levels_a == levels_b == {"search", "null"}
+    assert sorted(factors) == [0, 1]  # the mix's main effect and the amount's
 
 
 def test_jobs_and_threads_set_the_layout_of_both_commands():
-    (train,) = _commands("run", JOBS="1", THREADS="2")
-    quality, _ = _commands("report", JOBS="1", THREADS="2")
+    train, quality, *_ = _commands("run", JOBS="2", THREADS="1")
     for argv in (train, quality):
-        assert _option(argv, "--jobs") == "1" and _option(argv, "--threads") == "2"
+        assert _option(argv, "--jobs") == "2" and _option(argv, "--threads") == "1"
 
 
 def test_labels_and_schedules_are_the_gpu_tables():
-    quality, paired = _commands("report")
-    gpu_policies = {row["policy"] for row in json.loads((ROOT / paired[2]).read_text())["rows"]}
+    quality, with_gpu, _ = _commands("report")
+    gpu_policies = {row["policy"] for row in json.loads((ROOT / with_gpu[2]).read_text())["rows"]}
+    compared = set(with_gpu[3:with_gpu.index("--block")])
     for label, spec in _policies(quality).items():
-        assert label in gpu_policies, label
+        assert label in gpu_policies or label not in compared, label
         if spec.startswith("hba:"):
             assert (ROOT / spec.removeprefix("hba:")).is_file(), spec
 

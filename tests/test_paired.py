@@ -106,3 +106,32 @@ def test_blocks_compare_within_a_machine_and_combine(table: Path, tmp_path: Path
     # Without --block the same seeds of two machines are refused, not joined.
     with pytest.raises(SystemExit, match="in more than one table"):
         paired.main([f"{table},{cpu}", "a", "b"])
+
+
+def test_a_contrast_is_the_mean_of_means_of_each_side(table: Path, tmp_path: Path):
+    """``--contrast``: a 2x2's main effect, the mean of two policies' means against two others', with the
+    standard error of that combination of means under the table's pooled noise."""
+    errors = paired.load_errors(table)
+    noise = paired.pooled_noise(errors)
+    s, df = noise
+    r = paired.contrast_test([errors["a"], errors["c"]], [errors["b"]], noise)
+    mean_a, mean_b, mean_c = (19.4 + 19.7 + 19.6) / 3, (20.0 + 19.9 + 20.4) / 3, (20.5 + 20.1) / 2
+    assert r["difference"] == pytest.approx((mean_a + mean_c) / 2 - mean_b)
+    assert r["se"] == pytest.approx(s * math.sqrt((1 / 3 + 1 / 2) / 4 + 1 / 3))
+    assert r["p"] == pytest.approx(2 * paired.stats.t.sf(abs(r["difference"] / r["se"]), df))
+    # One policy a side is the pooled test.
+    one = paired.contrast_test([errors["a"]], [errors["b"]], noise)
+    assert (one["t"], one["p"]) == pytest.approx(paired.pooled_test(errors["a"], errors["b"], noise))
+    # A policy without runs leaves the contrast undefined.
+    assert math.isnan(paired.contrast_test([errors["a"], {}], [errors["b"]], noise)["difference"])
+
+    out = tmp_path / "paired.md"
+    assert paired.main([str(table), "--contrast", "a+c=b", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| a (3) + c (2) | b (3) | -0.17 |" in text and "Seed by seed" not in text
+    with pytest.raises(SystemExit, match="'d' is not a policy"):
+        paired.main([str(table), "--contrast", "a+d=b"])
+    with pytest.raises(SystemExit):
+        paired.main([str(table), "--contrast", "a+c"])
+    with pytest.raises(SystemExit):
+        paired.main([str(table)])

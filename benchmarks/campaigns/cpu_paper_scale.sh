@@ -5,15 +5,19 @@
 #   bash benchmarks/campaigns/cpu_paper_scale.sh run      # first minutes of a session: train what is not done
 #   bash benchmarks/campaigns/cpu_paper_scale.sh report   # before the session ends; then commit its files
 #
-# `run` trains the campaign's pair (`population-paper4` and its null), a seed of each at a time, seeds 0-11,
-# two runs side by side on one thread each; finished runs are reused from their records, an unfinished one
-# resumes from its checkpoint (on the same machine). A session's end kills it; it writes its table only when
-# it finishes, so `report` rebuilds the table of the four policies the CPU has trained from the records
-# (`--report-only`, no training) and the comparisons with the GPU's runs, each machine a block
-# (`paired.py --block`). Then commit `benchmarks/results/cpu_paper_scale/` (the records under `results/`, the
-# two tables and `paired_with_gpu.md`; `runs/` is ignored). PYTHON names the interpreter (default:
-# .venv/bin/python); JOBS and THREADS (default 2 and 1) set the layout; DRY_RUN=1 prints the commands
-# instead of running them (tests/test_cpu_campaign_script.py).
+# `run` trains what the campaign asks now: the 2x2's two amount cells (`null-population-paper4` 's ops with
+# `population-paper4`'s amount, and the reverse; RESULTS.md, "Seeds 4 and 5: the search beats its null"), seeds
+# 0-2, a seed of each at a time, one run at a time on both cores. The pair itself (`population-paper4` and its
+# null, seeds 0-5) was decided at its sixth look and is not trained further. Finished runs are reused from
+# their records; an unfinished one resumes from its checkpoint (in the same checkout). When `run` finishes it
+# runs `report`. A session's end kills it, and then `report` rebuilds the tables from the records
+# (`--report-only`, no training): the table of every policy the CPU has trained; the comparisons with the
+# GPU's runs, each machine a block (`paired.py --block`, `paired_with_gpu.md`); and the 2x2 on the CPU
+# alone, each amount cell against the pair and the two main effects (`paired.py --contrast`,
+# `amount_2x2.md`). Then commit `benchmarks/results/cpu_paper_scale/` (the records under `results/`, the
+# tables; `runs/` is ignored). PYTHON names the interpreter (default: .venv/bin/python). JOBS and THREADS
+# (default 1 and 2) set the layout. DRY_RUN=1 prints the commands instead of running them
+# (tests/test_cpu_campaign_script.py).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -21,23 +25,31 @@ python=${PYTHON:-.venv/bin/python}
 out=benchmarks/results/cpu_paper_scale
 schedules=benchmarks/results/paper_scale_cifar10
 gpu_table=$schedules/test/policy_quality.json
-# The labels are those of the GPU's table ($gpu_table), so that paired.py finds each policy in both blocks;
-# the campaign's pair first trained, then the references whose CPU seeds come after it.
-pair="population-paper4=hba:$schedules/searches/population-paper4/schedule.json"
-pair+=",null-population-paper4=hba:$schedules/schedules/null-population-paper4.json"
+# The pair's and references' labels are those of the GPU's table ($gpu_table), so that paired.py finds each
+# policy in both blocks; the amount cells are the CPU's alone (the GPU's plan queues them as `test-amount`).
+search=population-paper4
+null=null-population-paper4
+search_amount=$null-amount-of-$search    # the null's ops with the search's amount
+null_amount=$search-amount-of-$null      # the search's ops with the null's amount
+pair="$search=hba:$schedules/searches/$search/schedule.json,$null=hba:$schedules/schedules/$null.json"
+cells="$search_amount=hba:$schedules/schedules/$search_amount.json"
+cells+=",$null_amount=hba:$schedules/schedules/$null_amount.json"
 references="trivialaugment,pba=hba:$schedules/schedules/pba.json"
 # Every run of the campaign: WRN-40-2, 200 epochs, 4,000 images, bfloat16 autocast (`--amp`; RESULTS.md,
-# "Paper scale on the CPU"). The layout: two runs side by side on one thread each by default, never slower in
-# total on the machines measured (RESULTS.md, "Two runs side by side again"): as fast as one run on two
-# threads on the AMD EPYC, about 1.3x on the Xeon, whose second thread adds little. JOBS=1 THREADS=2 ends one
-# run soonest (the EPYC: in half the time at the same throughput), for a run that must end before the session
-# does. The thread count is not part of a run's key, so records from either layout count.
-jobs=${JOBS:-2}
-threads=${THREADS:-1}
+# "Paper scale on the CPU"). The layout: one run at a time on both cores by default. Two side by side were
+# never slower in total (RESULTS.md, "Two runs side by side again"), but on the Xeon a pair of them outlasts a
+# session, and a checkout starts without the last one's checkpoints (RESULTS.md, "Seeds 4 and 5"); one run
+# on two threads ends within a session. The thread count is not part of a run's key, so records from either
+# layout count.
+jobs=${JOBS:-1}
+threads=${THREADS:-2}
 quality=(benchmarks/policy_quality.py --model wrn-40-2 --epochs 200 --train-size 4000
-  --seeds 0,1,2,3,4,5,6,7,8,9,10,11 --order seeds --threads "$threads" --jobs "$jobs" --num-workers 0
+  --order seeds --threads "$threads" --jobs "$jobs" --num-workers 0
   --extra=--amp
   --out "$out" --keep-going)
+# The rule reads three seeds of each cell; the report shows every seed the pair has.
+cell_seeds=0,1,2
+all_seeds=0,1,2,3,4,5,6,7,8,9,10,11
 
 do_run() {
   if [[ -n ${DRY_RUN:-} ]]; then
@@ -47,15 +59,23 @@ do_run() {
   fi
 }
 
+report() {
+  do_run "$python" "${quality[@]}" --seeds "$all_seeds" --policies "$references,$pair,$cells" --report-only
+  do_run "$python" benchmarks/paired.py "$gpu_table" $search $null $search trivialaugment $search pba \
+    pba trivialaugment --block "$out/policy_quality.json" --out "$out/paired_with_gpu.md"
+  do_run "$python" benchmarks/paired.py "$out/policy_quality.json" $search_amount $null $search_amount $search \
+    $null_amount $search $null_amount $null \
+    --contrast "$search+$search_amount=$null+$null_amount" --contrast "$search+$null_amount=$null+$search_amount" \
+    --out "$out/amount_2x2.md"
+}
+
 case ${1:-} in
   run)
-    do_run nice -n 5 "$python" "${quality[@]}" --policies "$pair"
+    do_run nice -n 5 "$python" "${quality[@]}" --seeds "$cell_seeds" --policies "$cells"
+    report
     ;;
   report)
-    do_run "$python" "${quality[@]}" --policies "$references,$pair" --report-only
-    do_run "$python" benchmarks/paired.py "$gpu_table" population-paper4 null-population-paper4 \
-      population-paper4 trivialaugment population-paper4 pba pba trivialaugment \
-      --block "$out/policy_quality.json" --out "$out/paired_with_gpu.md"
+    report
     ;;
   *)
     echo "usage: cpu_paper_scale.sh run|report (got: '${1:-}')" >&2
