@@ -5,7 +5,7 @@
 #   bash benchmarks/campaigns/cpu_paper_scale.sh run      # first minutes of a session: train what is not done
 #   bash benchmarks/campaigns/cpu_paper_scale.sh report   # before the session ends; then commit its files
 #
-# `run` trains what the campaign asks now: the 2x2's two amount cells (`null-population-paper4` 's ops with
+# `run` trains what the campaign asks now: the 2x2's two amount cells (`null-population-paper4`'s ops with
 # `population-paper4`'s amount, and the reverse; RESULTS.md, "Seeds 4 and 5: the search beats its null"), seeds
 # 0-2, a seed of each at a time, one run at a time on both cores. The pair itself (`population-paper4` and its
 # null, seeds 0-5) was decided at its sixth look and is not trained further. Finished runs are reused from
