@@ -26,8 +26,10 @@ alike on all (each block's own noise is printed beside it).
 
 A main effect of a factorial design (which of two amounts of augmentation, which of two mixes of ops) is
 a contrast of several policies: ``--contrast A1+A2=B1+B2`` (repeatable) tests the mean of A1's and A2's means
-less the mean of B1's and B2's, each over its own seeds, with the first table's pooled noise: ``t = d / (s
-sqrt(sum 1 / (k_A^2 n_i) + sum 1 / (k_B^2 n_j)))`` over the ``k_A`` and ``k_B`` policies of the two sides.
+less the mean of B1's and B2's, each over its own seeds: ``t = d / (s sqrt(sum 1 / (k_A^2 n_i) + sum 1 /
+(k_B^2 n_j)))`` over the ``k_A`` and ``k_B`` policies of the two sides, ``s`` the pooled noise. With
+``--block`` it is taken within each block and the blocks combined as a difference is
+(:func:`blocked_contrast`).
 
 Usage::
 
@@ -103,26 +105,13 @@ def blocked_test(blocks: list[tuple[dict[int, float], dict[int, float]]],
         over the blocks), ``se`` (its standard error), ``t`` and ``p`` (two-sided); NaN where no block has
         both policies or the noise is unknown.
     """
-    per_block = [statistics.fmean(a.values()) - statistics.fmean(b.values()) if a and b else math.nan
-                 for a, b in blocks]
-    weights = [1 / (1 / len(a) + 1 / len(b)) if a and b else 0.0 for a, b in blocks]
-    out: dict[str, Any] = {"per_block": per_block, "difference": math.nan, "se": math.nan, "t": math.nan,
-                           "p": math.nan}
-    weight = sum(weights)
-    if not weight:
-        return out
-    out["difference"] = sum(d * w for d, w in zip(per_block, weights, strict=True) if w) / weight
-    s, df = noise
-    if df and s > 0:
-        out["se"] = s / math.sqrt(weight)
-        out["t"] = out["difference"] / out["se"]
-        out["p"] = float(2 * stats.t.sf(abs(out["t"]), df))
-    return out
+    return blocked_contrast([([a], [b]) for a, b in blocks], noise)
 
 
 def contrast_test(a: list[dict[int, float]], b: list[dict[int, float]],
                   noise: tuple[float, int]) -> dict[str, Any]:
-    """The mean of ``a``'s policies' means less the mean of ``b``'s, with the pooled ``noise``.
+    """The mean of ``a``'s policies' means less the mean of ``b``'s, with the pooled ``noise``: one block of
+    :func:`blocked_contrast`.
 
     Args:
         a, b: each a list of policies' errors by seed (a 2x2's main effect: two policies a side).
@@ -133,14 +122,47 @@ def contrast_test(a: list[dict[int, float]], b: list[dict[int, float]],
         ``difference``, ``se``, ``t`` and ``p`` (two-sided); NaN where a policy has no run or the noise is
         unknown.
     """
-    out: dict[str, Any] = {"difference": math.nan, "se": math.nan, "t": math.nan, "p": math.nan}
-    if not a or not b or not all(a) or not all(b):
+    r = blocked_contrast([(a, b)], noise)
+    del r["per_block"]
+    return r
+
+
+def blocked_contrast(blocks: list[tuple[list[dict[int, float]], list[dict[int, float]]]],
+                     noise: tuple[float, int]) -> dict[str, Any]:
+    """A contrast of policies' means (the module docstring), taken within each block and combined.
+
+    Each block's contrast ``d_b`` is the mean of A's policies' means less the mean of B's. Under one run's
+    noise ``s`` its variance is ``s^2 v_b``, ``v_b = sum 1 / (k_A^2 n_i) + sum 1 / (k_B^2 n_j)``. The blocks
+    combine weighted by ``1 / v_b``: ``d = sum(d_b / v_b) / sum(1 / v_b)``, ``se = s / sqrt(sum(1 / v_b))``.
+    One policy a side is the difference of two means, weighted ``1 / (1/n_A + 1/n_B)``.
+
+    Args:
+        blocks: per block, ``(A's policies, B's policies)``, each policy's errors by seed; a block where any
+            of them has no run is left out.
+        noise: one run's noise pooled within policy and block, with its degrees of freedom.
+
+    Returns:
+        ``per_block`` (each block's contrast, NaN where it is left out), ``difference``, ``se``, ``t`` and
+        ``p`` (two-sided); NaN where no block has every policy or the noise is unknown.
+    """
+    def variance(side: list[dict[int, float]]) -> float:
+        return sum(1 / len(r) for r in side) / len(side) ** 2
+
+    def mean(side: list[dict[int, float]]) -> float:
+        return statistics.fmean(statistics.fmean(r.values()) for r in side)
+
+    whole = [bool(a) and bool(b) and all(a) and all(b) for a, b in blocks]
+    per_block = [mean(a) - mean(b) if ok else math.nan for (a, b), ok in zip(blocks, whole, strict=True)]
+    weights = [1 / (variance(a) + variance(b)) if ok else 0.0 for (a, b), ok in zip(blocks, whole, strict=True)]
+    out: dict[str, Any] = {"per_block": per_block, "difference": math.nan, "se": math.nan, "t": math.nan,
+                           "p": math.nan}
+    weight = sum(weights)
+    if not weight:
         return out
-    out["difference"] = (statistics.fmean(statistics.fmean(r.values()) for r in a)
-                         - statistics.fmean(statistics.fmean(r.values()) for r in b))
+    out["difference"] = sum(d * w for d, w in zip(per_block, weights, strict=True) if w) / weight
     s, df = noise
     if df and s > 0:
-        out["se"] = s * math.sqrt(sum(1 / len(r) for r in a) / len(a) ** 2 + sum(1 / len(r) for r in b) / len(b) ** 2)
+        out["se"] = s / math.sqrt(weight)
         out["t"] = out["difference"] / out["se"]
         out["p"] = float(2 * stats.t.sf(abs(out["t"]), df))
     return out
@@ -179,17 +201,29 @@ def _contrast(text: str) -> tuple[list[str], list[str]]:
     return sides
 
 
-def _contrast_lines(errors: dict[str, dict[int, float]], contrasts: list[tuple[list[str], list[str]]],
+def _contrast_lines(blocks: list[dict[str, dict[int, float]]], contrasts: list[tuple[list[str], list[str]]],
                     noise: tuple[float, int]) -> list[str]:
-    """The markdown of the contrasts (``--contrast``), each side's policies with their runs."""
-    lines = ["", "Contrasts (each side the mean of its policies' means):", "",
-             "| A (runs) | B (runs) | mean A - mean B | se | t | p |", "|---|---|---|---|---|---|"]
+    """The markdown of the contrasts (``--contrast``): each block's policies' runs and contrast, and the blocks
+    combined (one block: the table's own contrast)."""
+    lines = ["", "Contrasts (each side the mean of its policies' means"
+             + (f"; combined over the blocks, one run's noise {_fmt(noise[0], '.3f')}, {noise[1]} degrees of "
+                "freedom" if len(blocks) > 1 else "") + "):", "",
+             "| A | B | per block: runs of each policy, contrast | combined A - B | se | t | p |",
+             "|---|---|---|---|---|---|---|"]
     for a, b in contrasts:
-        r = contrast_test([errors[n] for n in a], [errors[n] for n in b], noise)
-        sides = [" + ".join(f"{n} ({len(errors[n])})" for n in side) for side in (a, b)]
-        lines.append(f"| {sides[0]} | {sides[1]} | {_fmt(r['difference'])} | {_fmt(r['se'], '.2f')} | "
-                     f"{_fmt(r['t'])} | {_fmt(r['p'], '.3f')} |")
+        sides = [([block.get(n, {}) for n in a], [block.get(n, {}) for n in b]) for block in blocks]
+        r = blocked_contrast(sides, noise)
+        per = "; ".join(f"{' + '.join(str(len(x)) for x in ra)} / {' + '.join(str(len(x)) for x in rb)}, {_fmt(d)}"
+                        for (ra, rb), d in zip(sides, r["per_block"], strict=True))
+        lines.append(f"| {' + '.join(a)} | {' + '.join(b)} | {per} | {_fmt(r['difference'])} | "
+                     f"{_fmt(r['se'], '.2f')} | {_fmt(r['t'])} | {_fmt(r['p'], '.3f')} |")
     return lines
+
+
+def _block_noise(blocks: list[dict[str, dict[int, float]]]) -> tuple[float, int]:
+    """One run's noise pooled within policy and block."""
+    # Keyed by policy and block, so that each block's runs of a policy are a group of their own.
+    return pooled_noise({f"{policy}@{i}": runs for i, block in enumerate(blocks) for policy, runs in block.items()})
 
 
 def _fmt(value: object, spec: str = "+.2f") -> str:
@@ -199,9 +233,7 @@ def _fmt(value: object, spec: str = "+.2f") -> str:
 def _blocked_lines(blocks: list[dict[str, dict[int, float]]], tables: list[list[Path]],
                    pairs: list[tuple[str, str]]) -> list[str]:
     """The markdown of the comparisons combined over blocks (``--block``)."""
-    # Keyed by policy and block, so that each block's runs of a policy are a group of their own.
-    by_block = {f"{policy}@{i}": runs for i, block in enumerate(blocks) for policy, runs in block.items()}
-    noise = pooled_noise(by_block)
+    noise = _block_noise(blocks)
     names = "; ".join(
         f"block {i}: {', '.join(f'`{t}`' for t in group)} (one run's noise {_fmt(pooled_noise(block)[0], '.3f')})"
         for i, (group, block) in enumerate(zip(tables, blocks, strict=True)))
@@ -224,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="a policy_quality.json, or several, comma-separated (their seeds joined per policy)")
     p.add_argument("policies", nargs="*", help="pairs A B A B ... (or A=B ...)")
     p.add_argument("--contrast", type=_contrast, action="append", default=[], metavar="A1+A2=B1+B2",
-                   help="the mean of A1's and A2's means less B1's and B2's, on the first table (module docstring)")
+                   help="the mean of A1's and A2's means less B1's and B2's, within each block and combined "
+                   "(module docstring)")
     p.add_argument("--block", type=lambda text: [Path(t) for t in text.split(",")], action="append", default=[],
                    metavar="TABLES", help="another machine's policy_quality.json (comma-separated): its runs are a "
                    "block of their own, compared within it and combined with the others (module docstring)")
@@ -261,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.block:
         lines += _blocked_lines(blocks, [args.table, *args.block], _pairs(args.policies))
     if args.contrast:
-        lines += _contrast_lines(errors, args.contrast, noise)
+        lines += _contrast_lines(blocks, args.contrast, _block_noise(blocks) if args.block else noise)
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -128,10 +128,33 @@ def test_a_contrast_is_the_mean_of_means_of_each_side(table: Path, tmp_path: Pat
     out = tmp_path / "paired.md"
     assert paired.main([str(table), "--contrast", "a+c=b", "--out", str(out)]) == 0
     text = out.read_text()
-    assert "| a (3) + c (2) | b (3) | -0.17 |" in text and "Seed by seed" not in text
+    assert "| a + c | b | 3 + 2 / 3, -0.17 | -0.17 |" in text and "Seed by seed" not in text
     with pytest.raises(SystemExit, match="'d' is not a policy"):
         paired.main([str(table), "--contrast", "a+d=b"])
     with pytest.raises(SystemExit):
         paired.main([str(table), "--contrast", "a+c"])
     with pytest.raises(SystemExit):
         paired.main([str(table)])
+
+
+def test_a_contrast_combines_over_blocks_as_a_difference_does(table: Path, tmp_path: Path):
+    """With ``--block`` a contrast is taken within each machine and combined, weighted by the inverse of its
+    variance factor (one policy a side, the blocked difference: ``test_blocks_compare_within_a_machine...``)."""
+    cpu = tmp_path / "cpu.json"
+    cpu.write_text(json.dumps({"rows": [{"policy": "a", "seeds": [0, 1], "test_errors": [20.4, 20.8]},
+                                        {"policy": "b", "seeds": [0], "test_errors": [21.0]},
+                                        {"policy": "c", "seeds": [0, 1], "test_errors": [21.2, 21.0]}]}))
+    gpu, cpu_errors = paired.load_errors(table), paired.load_errors(cpu)
+    noise = (0.3, 10)
+    r = paired.blocked_contrast([([gpu["a"], gpu["c"]], [gpu["b"]]),
+                                 ([cpu_errors["a"], cpu_errors["c"]], [cpu_errors["b"]])], noise)
+    v_gpu, v_cpu = (1 / 3 + 1 / 2) / 4 + 1 / 3, (1 / 2 + 1 / 2) / 4 + 1
+    d_gpu = ((19.4 + 19.7 + 19.6) / 3 + (20.5 + 20.1) / 2) / 2 - (20.0 + 19.9 + 20.4) / 3
+    d_cpu = (20.6 + 21.1) / 2 - 21.0
+    assert r["per_block"] == pytest.approx([d_gpu, d_cpu])
+    assert r["difference"] == pytest.approx((d_gpu / v_gpu + d_cpu / v_cpu) / (1 / v_gpu + 1 / v_cpu))
+    assert r["se"] == pytest.approx(0.3 / math.sqrt(1 / v_gpu + 1 / v_cpu))
+
+    out = tmp_path / "paired.md"
+    assert paired.main([str(table), "--contrast", "a+c=b", "--block", str(cpu), "--out", str(out)]) == 0
+    assert "| a + c | b | 3 + 2 / 3, -0.17; 2 + 2 / 1, -0.15 |" in out.read_text()
