@@ -108,25 +108,6 @@ def blocked_test(blocks: list[tuple[dict[int, float], dict[int, float]]],
     return blocked_contrast([([a], [b]) for a, b in blocks], noise)
 
 
-def contrast_test(a: list[dict[int, float]], b: list[dict[int, float]],
-                  noise: tuple[float, int]) -> dict[str, Any]:
-    """The mean of ``a``'s policies' means less the mean of ``b``'s, with the pooled ``noise``: one block of
-    :func:`blocked_contrast`.
-
-    Args:
-        a, b: each a list of policies' errors by seed (a 2x2's main effect: two policies a side).
-        noise: one run's noise pooled over the table's policies (:func:`pooled_noise`), with its degrees of
-            freedom.
-
-    Returns:
-        ``difference``, ``se``, ``t`` and ``p`` (two-sided); NaN where a policy has no run or the noise is
-        unknown.
-    """
-    r = blocked_contrast([(a, b)], noise)
-    del r["per_block"]
-    return r
-
-
 def blocked_contrast(blocks: list[tuple[list[dict[int, float]], list[dict[int, float]]]],
                      noise: tuple[float, int]) -> dict[str, Any]:
     """A contrast of policies' means (the module docstring), taken within each block and combined.

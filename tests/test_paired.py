@@ -114,16 +114,17 @@ def test_a_contrast_is_the_mean_of_means_of_each_side(table: Path, tmp_path: Pat
     errors = paired.load_errors(table)
     noise = paired.pooled_noise(errors)
     s, df = noise
-    r = paired.contrast_test([errors["a"], errors["c"]], [errors["b"]], noise)
+    r = paired.blocked_contrast([([errors["a"], errors["c"]], [errors["b"]])], noise)
     mean_a, mean_b, mean_c = (19.4 + 19.7 + 19.6) / 3, (20.0 + 19.9 + 20.4) / 3, (20.5 + 20.1) / 2
     assert r["difference"] == pytest.approx((mean_a + mean_c) / 2 - mean_b)
     assert r["se"] == pytest.approx(s * math.sqrt((1 / 3 + 1 / 2) / 4 + 1 / 3))
     assert r["p"] == pytest.approx(2 * paired.stats.t.sf(abs(r["difference"] / r["se"]), df))
-    # One policy a side is the pooled test.
-    one = paired.contrast_test([errors["a"]], [errors["b"]], noise)
+    # One policy a side is the pooled test: the difference of the means over s sqrt(1/3 + 1/3).
+    one = paired.blocked_contrast([([errors["a"]], [errors["b"]])], noise)
+    assert one["t"] == pytest.approx((mean_a - mean_b) / (s * math.sqrt(2 / 3)))
     assert (one["t"], one["p"]) == pytest.approx(paired.pooled_test(errors["a"], errors["b"], noise))
     # A policy without runs leaves the contrast undefined.
-    assert math.isnan(paired.contrast_test([errors["a"], {}], [errors["b"]], noise)["difference"])
+    assert math.isnan(paired.blocked_contrast([([errors["a"], {}], [errors["b"]])], noise)["difference"])
 
     out = tmp_path / "paired.md"
     assert paired.main([str(table), "--contrast", "a+c=b", "--out", str(out)]) == 0
