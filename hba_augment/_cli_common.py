@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = [
+    "add_torch_arguments",
     "classes",
     "milestones",
     "nonneg_float",
@@ -138,6 +139,12 @@ def _distributed_failure(e: BaseException) -> bool:
     dist = sys.modules.get("torch.distributed")
     dist_error = getattr(dist, "DistError", None) if dist is not None else None
     return isinstance(e, DistributedError) or (dist_error is not None and isinstance(e, dist_error))
+
+
+def add_torch_arguments(group: argparse._ActionsContainer) -> None:
+    """Add ``--device`` and ``--threads``, the two options :func:`setup_torch` reads, to a parser or group."""
+    group.add_argument("--device", default="auto", help="torch device (default: auto = cuda if available, else cpu)")
+    group.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's choice)")
 
 
 def setup_torch(threads: int | None, device: str) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hba_augment._cli_common import (
+    add_torch_arguments,
     classes,
     milestones,
     nonneg_float,
@@ -243,8 +244,7 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
     g.add_argument("--no-flip", dest="flip", action="store_false", default=None,
                    help="no random horizontal flip (default: from the preset)")
     g.add_argument("--seed", type=nonneg_int, default=0, help="seed of the split, the model and all draws (default: 0)")
-    g.add_argument("--device", default="auto", help="torch device (default: auto = cuda if available, else cpu)")
-    g.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's choice)")
+    add_torch_arguments(g)
     g.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
                    help="channels-last memory format (default: on for CPU, off otherwise)")
     g.add_argument("--amp", action="store_true", default=None,

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hba_augment._cli_common import (
+    add_torch_arguments,
     classes,
     milestones,
     nonneg_float,
@@ -96,8 +97,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    "policies applied on the device: none, baseline, cutout, hba:; GPUs, where one small network "
                    "leaves most of the GPU idle). Each run keeps its initial weights, data order, folder and files; "
                    "the runs share one augmentation stream (same distribution, other draws than alone)")
-    g.add_argument("--device", default="auto", help="torch device (default: auto = cuda if available, else cpu)")
-    g.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's choice)")
+    add_torch_arguments(g)
     g.add_argument("--amp", action="store_true", default=None,
                    help="bfloat16 autocast (GPUs, and CPUs with bfloat16 matrix units such as Intel AMX, where a "
                    "WRN trained about 2.5x faster; default: off)")
