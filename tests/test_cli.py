@@ -208,6 +208,21 @@ def test_search_parse_errors(args, capsys):
     assert "error" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["search", "train"])
+def test_torch_options_parse_alike(command, capsys):
+    from hba_augment.search.cli import build_parser as search_parser
+    from hba_augment.train.cli import build_parser as train_parser
+
+    parser = {"search": search_parser, "train": train_parser}[command]()
+    required = ["--data-dir", "x", "--out", "o", *(["--policy", "cutout"] if command == "train" else [])]
+    args = parser.parse_args(required)
+    assert (args.device, args.threads) == ("auto", None)
+    args = parser.parse_args([*required, "--device", "cpu", "--threads", "3"])
+    assert (args.device, args.threads) == ("cpu", 3)
+    assert _exit_code([command, *required, "--threads", "0"]) == 2
+    assert "argument --threads: must be >= 1, got 0" in capsys.readouterr().err
+
+
 def test_train_help_states_each_default_once(capsys):
     assert _exit_code(["train", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())  # undo argparse's line wrapping
