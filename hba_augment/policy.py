@@ -155,8 +155,9 @@ def _resolve_policy(policy: str | os.PathLike[str] | Schedule) -> Schedule:
             f"Unknown policy {policy!r}: neither a shipped schedule (shipped: {available or 'none'}) "
             "nor a path to a schedule JSON file"
         )
-    raise ValueError(
-        f"policy must be a shipped schedule name, a path to a schedule JSON file or a Schedule, got {policy!r}"
+    raise TypeError(
+        "policy must be a shipped schedule name, a path to a schedule JSON file or a Schedule, got "
+        f"{type(policy).__name__} {policy!r}"
     )
 
 
@@ -232,7 +233,8 @@ class HBAPolicy(torch.nn.Module):
             interpolation other than NEAREST or BILINEAR, a bad ``fill``, or ``cuda_graphs`` with ``compile``
             options under which inductor captures CUDA graphs itself (modes ``"reduce-overhead"``,
             ``"max-autotune"``).
-        TypeError: ``cuda_graphs`` not a bool, or ``compile`` neither a bool nor a mapping.
+        TypeError: ``policy`` neither a string, a path nor a :class:`~hba_augment.Schedule`, ``cuda_graphs``
+            not a bool, or ``compile`` neither a bool nor a mapping.
     """
 
     def __prepare_scriptable__(self) -> HBAPolicy:

@@ -561,8 +561,6 @@ def test_bad_policy_file(tmp_path):
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"policy": 3}, "policy must be a shipped schedule name, a path"),
-        ({"policy": None}, "policy must be a shipped schedule name, a path"),
         ({"total_epochs": 0}, "total_epochs must be an integer >= 1, got 0"),
         ({"total_epochs": -3}, "total_epochs must be an integer >= 1"),
         ({"total_epochs": 10.0}, "total_epochs must be an integer >= 1"),
@@ -586,6 +584,12 @@ def test_constructor_validation(kwargs, match):
     kwargs.setdefault("policy", IDENTITY)
     with pytest.raises(ValueError, match=match):
         HBAPolicy(**kwargs)
+
+
+@pytest.mark.parametrize(("policy", "named"), [(3, "int 3"), (None, "NoneType None"), (b"cifar10", "bytes")])
+def test_policy_of_an_unsupported_type(policy, named):
+    with pytest.raises(TypeError, match=f"policy must be a shipped schedule name, a path.*got {named}"):
+        HBAPolicy(policy)
 
 
 def test_interpolation_strings_accepted():
