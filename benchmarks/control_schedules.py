@@ -439,17 +439,24 @@ def _strength(prob: np.ndarray, mag: np.ndarray) -> np.ndarray:
         return np.where(total > 0, np.nansum(weight * strength, axis=(1, 2)) / total, np.nan)
 
 
-def op_spread(schedule: Schedule) -> np.ndarray:
-    """Per entry, how evenly the ops an image is expected to receive spread over the 15 ops: the entropy of
-    the applied probabilities (:func:`~hba_augment.search.hyper_input.applied_probability`, both copies of
-    an op summed), normalised to 1 for all ops alike and 0 for one op alone (NaN where none fires)."""
+def op_shares(schedule: Schedule) -> np.ndarray:
+    """Per entry, each op's share of the ops an image is expected to receive, ``(entries, 15)`` in canonical
+    order: its applied probability (:func:`~hba_augment.search.hyper_input.applied_probability`, both copies
+    summed) over the sum of all 15 (a row of NaN where none fires)."""
     prob = torch.tensor(schedule.prob, dtype=torch.float64)
     applied = np.stack([applied_probability(p, schedule.count_probs).numpy().sum(axis=0) for p in prob])
     total = applied.sum(axis=1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
-        share = applied / total
+        return np.where(total > 0, applied / total, np.nan)
+
+
+def op_spread(schedule: Schedule) -> np.ndarray:
+    """Per entry, how evenly the ops an image is expected to receive spread over the 15 ops: the entropy of
+    :func:`op_shares`, normalised to 1 for all ops alike and 0 for one op alone (NaN where none fires)."""
+    share = op_shares(schedule)
+    with np.errstate(invalid="ignore", divide="ignore"):
         entropy = -np.where(share > 0, share * np.log(share), 0.0).sum(axis=1) / np.log(NUM_OPS)
-    return np.where(total[:, 0] > 0, entropy, np.nan)
+    return np.where(np.isfinite(share[:, 0]), entropy, np.nan)
 
 
 def shuffled_schedule(learned: Schedule, seed: int = 0) -> tuple[Schedule, list[str]]:
@@ -507,6 +514,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="only print the learned schedule's mean slot probability, ops applied per image (applied_ops), "
                    "mean strength (mean_strength) and "
                    "op spread (op_spread) over N equal parts of its entries")
+    p.add_argument("--ops", action="store_true",
+                   help="with --profile: also print each op's share of the ops applied (op_shares), mean over each part")
     p.add_argument("--out", help="folder for pba.json, initial.json, last.json, mean.json, shuffled.json "
                    "(and delayed.json, ramped.json, strength.json, smoothed.json, amount.json, reversed.json, "
                    "time-shuffled.json)")
@@ -525,7 +534,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"entries {part[0]}-{part[-1]}: mean p {learned.prob[part].mean():.3f}, ops applied "
                   f"{applied[part].mean():.3f}, mean strength {mean(strength[part]):.3f}, op spread "
                   f"{mean(spread[part]):.3f}")
+        if args.ops:
+            shares = op_shares(learned)
+            parts = np.array_split(np.arange(learned.epochs), min(args.profile, learned.epochs))
+            print("op share of the ops applied, by part: " + " ".join(f"{q[0]}-{q[-1]}" for q in parts))
+            for k, name in enumerate(OP_NAMES):
+                print(f"  {name}: " + " ".join(f"{mean(shares[q, k]):.3f}" for q in parts))
         return 0
+    if args.ops:
+        p.error("--ops goes with --profile")
     if args.out is None:
         p.error("--out is required (unless --profile)")
     reference = Schedule.load(args.match_amount) if args.match_amount else None

@@ -345,6 +345,39 @@ def test_op_spread_is_one_for_all_ops_alike_and_zero_for_one_op(cs):
     assert np.isnan(spread[0]) and spread[1] == pytest.approx(1.0) and spread[2] == pytest.approx(0.0)
 
 
+def test_op_shares_sum_to_one_and_follow_the_applied_probabilities(cs, capsys):
+    mag = np.broadcast_to([o.low if o.has_magnitude else np.nan for o in OPS], (3, 2, NUM_OPS))
+    prob = np.zeros((3, 2, NUM_OPS))
+    prob[1] = 0.3
+    prob[2, 0, 4] = 0.8  # one op alone
+    prob[2, 1, 4] = 0.8  # its second copy: still that op's whole share
+    schedule = Schedule(prob, mag, name="s")
+    shares = cs.op_shares(schedule)
+    assert shares.shape == (3, NUM_OPS) and np.isnan(shares[0]).all()
+    np.testing.assert_allclose(shares[1], 1 / NUM_OPS)  # all ops alike
+    assert shares[2, 4] == pytest.approx(1.0) and shares[2].sum() == pytest.approx(1.0)
+    # A heavier op gets the larger share (the count distribution caps the ops applied, not the order).
+    prob[1, 0, 14] = 0.9
+    heavier = cs.op_shares(Schedule(prob, mag, name="s"))[1]
+    assert heavier[14] == heavier.max() > 1 / NUM_OPS > heavier[0] and heavier.sum() == pytest.approx(1.0)
+
+
+def test_profile_prints_op_shares_only_with_profile(cs, tmp_path, capsys):
+    mag = np.broadcast_to([o.low if o.has_magnitude else np.nan for o in OPS], (4, 2, NUM_OPS))
+    prob = np.full((4, 2, NUM_OPS), 0.2)
+    prob[2:, :, OP_NAMES.index("Cutout")] = 1.0
+    path = tmp_path / "s.json"
+    Schedule(prob, mag, name="s").save(path)
+    assert cs.main(["--learned", str(path), "--profile", "2", "--ops"]) == 0
+    out = capsys.readouterr().out
+    assert "by part: 0-1 2-3" in out
+    cutout = next(line for line in out.splitlines() if line.strip().startswith("Cutout:")).split()[1:]
+    assert float(cutout[0]) == pytest.approx(1 / NUM_OPS, abs=1e-3) and float(cutout[1]) > 1 / NUM_OPS
+    with pytest.raises(SystemExit):
+        cs.main(["--learned", str(path), "--ops", "--out", str(tmp_path / "o")])
+    assert "--ops goes with --profile" in capsys.readouterr().err
+
+
 def test_policy_items_and_labels(pq):
     assert pq._policy_arg("hba", "cifar10") == "hba:cifar10"
     assert pq._policy_arg("pba=hba:x/pba.json", "cifar10") == "hba:x/pba.json"
