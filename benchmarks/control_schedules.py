@@ -530,13 +530,13 @@ def main(argv: list[str] | None = None) -> int:
         def mean(values: np.ndarray) -> float:
             return float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
 
-        for part in np.array_split(np.arange(learned.epochs), min(args.profile, learned.epochs)):
+        parts = np.array_split(np.arange(learned.epochs), min(args.profile, learned.epochs))
+        for part in parts:
             print(f"entries {part[0]}-{part[-1]}: mean p {learned.prob[part].mean():.3f}, ops applied "
                   f"{applied[part].mean():.3f}, mean strength {mean(strength[part]):.3f}, op spread "
                   f"{mean(spread[part]):.3f}")
         if args.ops:
             shares = op_shares(learned)
-            parts = np.array_split(np.arange(learned.epochs), min(args.profile, learned.epochs))
             print("op share of the ops applied, by part: " + " ".join(f"{q[0]}-{q[-1]}" for q in parts))
             for k, name in enumerate(OP_NAMES):
                 print(f"  {name}: " + " ".join(f"{mean(shares[q, k]):.3f}" for q in parts))

@@ -345,7 +345,7 @@ def test_op_spread_is_one_for_all_ops_alike_and_zero_for_one_op(cs):
     assert np.isnan(spread[0]) and spread[1] == pytest.approx(1.0) and spread[2] == pytest.approx(0.0)
 
 
-def test_op_shares_sum_to_one_and_follow_the_applied_probabilities(cs, capsys):
+def test_op_shares_sum_to_one_and_follow_the_applied_probabilities(cs):
     mag = np.broadcast_to([o.low if o.has_magnitude else np.nan for o in OPS], (3, 2, NUM_OPS))
     prob = np.zeros((3, 2, NUM_OPS))
     prob[1] = 0.3
