@@ -210,7 +210,8 @@ class Campaign:
     # -- controls -----------------------------------------------------------------------------------
     def write_controls(self) -> None:
         """``schedules/start-<search>.json`` for every search, ``null-<search>.json`` for every population
-        search, ``pba.json`` and ``pba-last.json`` (each if missing)."""
+        search but one with ``--amount profile`` (whose null is its twin), ``pba.json`` and ``pba-last.json``
+        (each if missing)."""
         from control_schedules import PBA_DIR, last_entry_schedule, pba_schedule
         from pbt_null import null_schedule
 
@@ -227,7 +228,8 @@ class Campaign:
             if not path.exists():
                 start_schedule(cfg.init, cfg.count_probs).save(path)
             path = folder / f"null-{name}.json"
-            if args.objective == "population" and not path.exists():
+            # An --amount profile search's hold moves from round to round: its null is its twin (twin:).
+            if args.objective == "population" and args.amount != "profile" and not path.exists():
                 pop = population_config_from_args(args, "cpu", cfg)
                 null_schedule(cfg.init, cfg.seed, population=pop.population, epochs=cfg.epochs, every=pop.every,
                               resample_prob=pop.resample_prob, max_shift=pop.max_shift,

@@ -128,16 +128,32 @@ def _hba_fractions(prob: np.ndarray, mag: np.ndarray) -> Policy:
 def _steps(cfg: dict) -> dict:
     """The explore settings of a search of the settings ``cfg`` (:func:`_null_settings`), as keyword arguments
     of :func:`~hba_augment.search.pbt.explore`, :func:`~hba_augment.search.pbt.start_policies` and
-    :func:`~hba_augment.search.pbt.exploit`."""
+    :func:`~hba_augment.search.pbt.exploit`, less what is held (:func:`_holds`)."""
     prior = prior_policy(cfg["init"])
     return {"resample_prob": cfg["resample_prob"], "max_shift": cfg["max_shift"],
-            "hold": pbt.amount_target(cfg["amount"], prior), "anchor": pbt.resample_anchor(cfg["resample"], prior)}
+            "anchor": pbt.resample_anchor(cfg["resample"], prior)}
+
+
+def _holds(cfg: dict, starts: Sequence[int]) -> list[tuple[float, float]] | None:
+    """What a search of the settings ``cfg`` held each round's policies to (``None``: free). A ``--amount
+    profile`` search recorded its targets (``amount_targets``), so that no profile file is needed here."""
+    if cfg["amount"] == "profile":
+        if len(cfg["amount_targets"]) != len(starts):
+            raise ValueError(f"amount_targets holds {len(cfg['amount_targets'])} rounds, the search has {len(starts)}")
+        return [tuple(t) for t in cfg["amount_targets"]]
+    return pbt.amount_targets(cfg["amount"], prior_policy(cfg["init"]), starts)
 
 
 def _explore_of(cfg: dict) -> Explore:
     """This package's explore step (:func:`hba_augment.search.pbt.explore`) with the settings ``cfg`` of a search
-    (:func:`_null_settings`): what a ``--amount held`` search holds, what a ``--resample prior`` one resamples to."""
-    return functools.partial(pbt.explore, **_steps(cfg))
+    (:func:`_null_settings`): what a ``--amount held`` search holds, what a ``--resample prior`` one resamples to.
+    A ``--amount profile`` search's hold moves from round to round, which this one step cannot know: its null
+    is its twin (:func:`twin_null_schedule`)."""
+    if cfg["amount"] == "profile":
+        raise ValueError("a null of an --amount profile search is its twin null (--twin-of SEARCH): its targets "
+                         "move from round to round")
+    hold = pbt.amount_targets(cfg["amount"], prior_policy(cfg["init"]), [0])
+    return functools.partial(pbt.explore, **_steps(cfg), hold=None if hold is None else hold[0])
 
 
 def null_lineage(start: Policy, explore: Explore, fractions: Callable[[np.ndarray, np.ndarray], Policy],
@@ -234,6 +250,7 @@ def _null_settings(prov: dict) -> dict:
             "member_start": prov.get("member_start", "explored"),
             # and before --amount, with "free".
             "amount": prov.get("amount", "free"),
+            **({"amount_targets": prov["amount_targets"]} if prov.get("amount") == "profile" else {}),
             # and before --resample, with "uniform".
             "resample": prov.get("resample", "uniform"),
             "resample_prob": explore.get("resample_prob", pbt.EXPLORE_RESAMPLE_PROB),
@@ -255,8 +272,10 @@ def replay(prov: dict, scores: Sequence[Sequence[float]]) -> tuple[np.ndarray, n
     seed, n = prov["seed"], cfg["population"]
     prior = prior_policy(cfg["init"])
     steps = _steps(cfg)
-    prob, mag = pbt.start_policies(prior.prob, prior.mag, n, seed, member_start=cfg["member_start"], **steps)
     starts = pbt.round_starts(cfg["search_epochs"], cfg["exploit_every"])
+    holds, hold_all = _holds(cfg, starts), cfg["amount"] == "profile"
+    prob, mag = pbt.start_policies(prior.prob, prior.mag, n, seed, member_start=cfg["member_start"], **steps,
+                                   hold=None if holds is None else holds[0], hold_all=hold_all)
     if len(scores) != len(starts):
         raise ValueError(f"a search of {cfg['search_epochs']} epochs, a round every {cfg['exploit_every']}, has "
                          f"{len(starts)} rounds; got scores for {len(scores)}")
@@ -268,7 +287,8 @@ def replay(prov: dict, scores: Sequence[Sequence[float]]) -> tuple[np.ndarray, n
         if r + 1 < len(starts):  # the driver does not exploit after its last round
             plan_parents, prob, mag, _ = pbt.exploit(prob, mag, row, seed, r,
                                                      quantile=prov.get("truncation_quantile", pbt.TRUNCATION_QUANTILE),
-                                                     **steps)
+                                                     **steps, hold=None if holds is None else holds[r + 1],
+                                                     hold_all=hold_all)
     chain = pbt.lineage(parents, pbt.ranking(scores[-1])[0])
     return (*pbt.lineage_policies(probs, mags, chain, starts, cfg["search_epochs"]), chain)
 

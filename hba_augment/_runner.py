@@ -41,6 +41,7 @@ from hba_augment._io import atomic_open
 __all__ = [
     "BASELINES",
     "LR_SCHEDULES",
+    "SLOW_BF16",
     "CapturedStep",
     "DrivenWorker",
     "EpochWorker",
@@ -56,6 +57,7 @@ __all__ = [
     "checkpoint_due",
     "checkpoint_state",
     "config_to_dict",
+    "cpu_bf16_slowdown",
     "describe_device",
     "drive",
     "evaluate_members",
@@ -549,6 +551,7 @@ def open_run(
     command: str | None,
     log: Callable[[str], None] | None,
     what: str,
+    amp: bool = False,
 ) -> tuple[Path, dict[str, Path], str, Callable[[str], None]]:
     """Create the output folder and check that a run may start there.
 
@@ -560,6 +563,8 @@ def open_run(
         command: the recorded command line (``None``: ``sys.argv``).
         log: the log function (``None``: print to stderr).
         what: the run's name in messages (``"search"``, ``"run"``).
+        amp: the run asks for bfloat16 autocast; on a CPU whose bfloat16 matrix products are much slower
+            than float32 ones (:func:`cpu_bf16_slowdown`), a warning is logged.
 
     Returns:
         ``(folder, {key: path}, command, log)``; on ranks other than 0 the default log is silent.
@@ -584,7 +589,42 @@ def open_run(
     problem = _distributed.broadcast_object(problem, ctx)
     if problem is not None:
         raise ValueError(problem)
+    if amp and ctx.is_main and torch.device(device).type == "cpu":
+        slowdown = cpu_bf16_slowdown()
+        if slowdown > SLOW_BF16:
+            log(f"warning: {option('amp', True)} on this CPU: a bfloat16 matrix product took {slowdown:.0f}x as long "
+                f"as a float32 one (it seems to lack bfloat16 matrix instructions such as AMX or AVX512-BF16); "
+                f"the run will be much slower than without {option('amp', True)}")
     return out, files, command, log
+
+
+#: How many times a float32 matrix product's time a bfloat16 one may take before ``amp`` on a CPU is warned
+#: about. Measured (benchmarks/RESULTS.md, "An AVX2-only CPU"): 34x on an AVX2-only AMD EPYC, where one
+#: WRN-40-2 epoch had not finished after 9 minutes (13-31 s on the CPUs with bfloat16 instructions).
+SLOW_BF16 = 4.0
+
+
+def cpu_bf16_slowdown(size: int = 256, repeats: int = 5) -> float:
+    """How many times as long a ``size`` x ``size`` bfloat16 matrix product takes as a float32 one on this CPU,
+    on one thread (a pool of threads waking up would be most of a small product's time), each the best of
+    ``repeats``: about 0.2 s in all where bfloat16 is slow, far less where it is not."""
+    a = torch.randn(size, size, generator=torch.Generator().manual_seed(0))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        times = []
+        for dtype in (torch.float32, torch.bfloat16):
+            x = a.to(dtype)
+            x @ x  # the first call may pay for a kernel choice
+            best = math.inf
+            for _ in range(repeats):
+                start = time.perf_counter()
+                x @ x
+                best = min(best, time.perf_counter() - start)
+            times.append(best)
+    finally:
+        torch.set_num_threads(threads)
+    return times[1] / max(times[0], 1e-9)
 
 
 #: A callback of no arguments: one unit of an epoch's progress is done.
@@ -844,7 +884,7 @@ def drive(
     config.validate()
     session_start = time.perf_counter()
     out, files, command, log = open_run(out_dir, file_names, guarded, device=config.device, resume=resume,
-                                        command=command, log=log, what=what)
+                                        command=command, log=log, what=what, amp=config.amp)
     for line in notes:
         log(line)
     train, held_out, source = load()

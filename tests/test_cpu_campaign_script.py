@@ -54,7 +54,8 @@ def _without(argv: list[str], *options: str) -> list[str]:
 
 
 def test_report_rebuilds_what_run_trains():
-    train, *after = _commands("run")
+    check, train, *after = _commands("run")
+    assert check[:2] == ["py", "-c"] and "cpu_bf16_slowdown" in check[2]  # first: is --amp fast on this CPU?
     report = _commands("report")
     quality, with_gpu, cpu_only = report
     assert after == report  # a finished `run` writes the tables
@@ -103,7 +104,7 @@ def test_the_contrasts_are_the_2x2s_main_effects():
 
 
 def test_jobs_and_threads_set_the_layout_of_both_commands():
-    train, quality, *_ = _commands("run", JOBS="2", THREADS="1")
+    _, train, quality, *_ = _commands("run", JOBS="2", THREADS="1")
     for argv in (train, quality):
         assert _option(argv, "--jobs") == "2" and _option(argv, "--threads") == "1"
 

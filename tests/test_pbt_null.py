@@ -401,3 +401,49 @@ def test_the_pushes_report_places_every_op_of_each_search_among_its_twins():
     assert drift["prior"] < drift["uniform"]
     with pytest.raises(ValueError, match="at least two search folders, got 1"):
         pbt_null.pushes_report(folders[:1], 20, 0)
+
+
+def test_a_profile_search_replays_from_its_recorded_targets_and_its_twins_follow_them(tmp_path, data_dir):
+    """``--amount profile``: the replay needs no profile file (the provenance holds every round's target), writes
+    the search's schedule again from its scores, and its twin nulls hold every round at the search's targets.
+    The stand-alone null, whose one explore step cannot know the round, refuses it."""
+    import json
+
+    import torch
+    from conftest import load_cifar_batch
+
+    from hba_augment.datasets import ImageData
+    from hba_augment.search.loop import SearchConfig
+    from hba_augment.search.population import PopulationConfig, run_population_search
+
+    batch = data_dir / "cifar-10-batches-py" / "data_batch_1"
+    if not batch.is_file():
+        pytest.skip(f"lossless CIFAR-10 batch not found at {batch}")
+    images, labels = load_cifar_batch(batch, 60)
+    classes = [str(c) for c in range(10)]
+    data = (ImageData(images[:40], torch.tensor(labels[:40]), classes),
+            ImageData(images[40:60], torch.tensor(labels[40:60]), classes))
+    levels = np.linspace(0.1, 0.6, 4)
+    ramp = [prior_policy(f"uniform:{f}") for f in levels]
+    profile = tmp_path / "ramp.json"
+    Schedule(np.stack([p.prob for p in ramp]), np.stack([p.mag for p in ramp]), name="ramp",
+             count_probs=(0.5, 0.5)).save(profile)
+    search = SearchConfig.from_preset("cifar10", data_dir="unused", model="wrn-10-1", epochs=4, train_size=40,
+                                      val_size=20, batch_size=20, init="trivialaugment", seed=2)
+    config = PopulationConfig(search=search, population=4, exploit_every=1, population_procs=0, amount="profile",
+                              amount_profile=str(profile))
+    folder = tmp_path / "search"
+    result = run_population_search(config, folder, data=data, plot=False, log=lambda m: None)
+    profile.unlink()  # what follows reads the provenance only
+    searched = Schedule.load(folder / "schedule.json")
+    rounds = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line]
+    prob, mag, chain = pbt_null.replay(searched.provenance, [r["val_acc"] for r in rounds])
+    assert chain == result.schedule.provenance["lineage"]
+    np.testing.assert_allclose(prob, searched.prob, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(mag, searched.mag, rtol=1e-5, atol=1e-6)
+    twin = pbt_null.twin_null_schedule(folder, 0)
+    assert twin.provenance["amount"] == "profile"
+    for e, level in enumerate(levels):
+        assert pbt.amount(twin.prob[e], twin.mag[e]) == pytest.approx((level, level), abs=1e-5)
+    with pytest.raises(ValueError, match="its twin null"):
+        pbt_null.null_schedule("trivialaugment", 0, population=4, epochs=4, every=1, amount="profile")

@@ -286,8 +286,10 @@ def test_hold_amount_names_a_bad_target(target):
 def test_a_held_explore_makes_the_free_explores_draws_then_shifts_back():
     """Holding draws nothing: a held search makes the same explore draws as the free search of its seed."""
     prior = prior_policy("trivialaugment")
-    target = pbt.amount_target("held", prior)
-    assert target == pytest.approx((prior.prob.mean(), 0.5)) and pbt.amount_target("free", prior) is None
+    targets = pbt.amount_targets("held", prior, [0, 3, 6])
+    target = targets[0]
+    assert targets == [target] * 3 and target == pytest.approx((prior.prob.mean(), 0.5))
+    assert pbt.amount_targets("free", prior, [0, 3, 6]) is None
     free_rng, held_rng = np.random.default_rng(4), np.random.default_rng(4)
     free = pbt.explore(prior.prob, prior.mag, free_rng)
     held = pbt.explore(prior.prob, prior.mag, held_rng, hold=target)
@@ -301,7 +303,51 @@ def test_a_held_explore_makes_the_free_explores_draws_then_shifts_back():
     _, new_prob, new_mag, copies = pbt.exploit(probs, mags, [0.9, 0.1, 0.5, 0.6], 3, 7, hold=target)
     assert copies and all(pbt.amount(new_prob[loser], new_mag[loser]) == pytest.approx(target) for loser, _ in copies)
     with pytest.raises(ValueError, match="amount must be one of"):
-        pbt.amount_target("fixed", prior_policy("trivialaugment"))
+        pbt.amount_targets("fixed", prior_policy("trivialaugment"), [0])
+
+
+def _ramp(epochs: int, low: float = 0.1, high: float = 0.6) -> tuple[np.ndarray, np.ndarray]:
+    """A profile: at epoch e every probability and magnitude fraction at a rising level, ``(epochs, 2, 15)``."""
+    levels = np.linspace(low, high, epochs)
+    policies = [prior_policy(f"uniform:{f}") for f in levels]
+    return np.stack([p.prob for p in policies]), np.stack([p.mag for p in policies])
+
+
+def test_amount_targets_follow_a_profile_at_each_rounds_first_epoch():
+    prior = prior_policy("paper")
+    prob, mag = _ramp(10)
+    targets = pbt.amount_targets("profile", prior, [0, 3, 6, 9], (prob, mag))
+    assert targets == [pytest.approx(pbt.amount(prob[e], mag[e])) for e in (0, 3, 6, 9)]
+    assert targets[0] == pytest.approx((0.1, 0.1)) and targets[-1] == pytest.approx((0.6, 0.6))
+    # A profile with no augmentation at all (--init zero's start) is kept a hair inside (0, 1).
+    zero = prior_policy("zero")
+    edge = pbt.amount_targets("profile", prior, [0], (zero.prob[None], zero.mag[None]))
+    assert edge == [(pbt.AMOUNT_EDGE, pbt.AMOUNT_EDGE)]
+    for mode, profile, match in (("profile", None, "amount 'profile' and no profile"),
+                                 ("held", (prob, mag), "amount 'held' and a profile"),
+                                 ("profile", (prob[:6], mag[:6]), "one \\(2, 15\\) policy per epoch of the search \\(10")):
+        with pytest.raises(ValueError, match=match):
+            pbt.amount_targets(mode, prior, [0, 3, 6, 9], profile)
+
+
+def test_a_moving_hold_shifts_every_member_and_draws_what_a_fixed_one_draws():
+    """``hold_all`` (``--amount profile``): the members that did not copy, and round 0's start, are shifted
+    to the target too; the explore draws are those of the search without it."""
+    prior = prior_policy("trivialaugment")
+    target = (0.2, 0.3)
+    probs, mags = pbt.start_policies(prior.prob, prior.mag, 4, 3, hold=target, hold_all=True)
+    assert all(pbt.amount(p, m) == pytest.approx(target) for p, m in zip(probs, mags, strict=True))
+    fixed = pbt.start_policies(prior.prob, prior.mag, 4, 3, hold=target)
+    np.testing.assert_array_equal(probs[1:], fixed[0][1:])  # explored from the start, then held: the same
+    np.testing.assert_array_equal(fixed[0][0], prior.prob)  # without hold_all the start is left as it is
+    scores = [0.9, 0.1, 0.5, 0.6]
+    moved = pbt.exploit(probs, mags, scores, 3, 7, hold=(0.4, 0.5), hold_all=True)
+    plain = pbt.exploit(probs, mags, scores, 3, 7, hold=(0.4, 0.5))
+    assert moved[0] == plain[0] and moved[3] == plain[3] and moved[3]
+    assert all(pbt.amount(p, m) == pytest.approx((0.4, 0.5)) for p, m in zip(moved[1], moved[2], strict=True))
+    losers = [loser for loser, _ in moved[3]]
+    np.testing.assert_array_equal(moved[1][losers], plain[1][losers])
+    np.testing.assert_array_equal(plain[1][0], probs[0])  # without hold_all a member that did not copy keeps its own
 
 
 # --------------------------------------------------------------------------------------- whole searches
@@ -535,6 +581,34 @@ def test_held_members_keep_the_starts_amount_and_the_free_searchs_draws(fake_dat
     assert free.metrics[0]["mean_prob"][1:] != pytest.approx([target[0]] * 3)
 
 
+def test_members_follow_an_amount_profile_round_by_round(fake_data, tmp_path: Path):
+    """``amount="profile"``: every member of round r has the profile's amount at the round's first epoch (the
+    profile stretched to the search); the provenance records the file, its hash and the targets, and an edited
+    profile does not resume."""
+    path = tmp_path / "profile.json"
+    Schedule(*_ramp(2), name="ramp", count_probs=(0.5, 0.5)).save(path)  # 2 entries stretched to 4 epochs
+    config = _config(amount="profile", amount_profile=str(path))
+    result = run_population_search(config, tmp_path / "s", data=fake_data, plot=False, log=lambda m: None)
+    expected = [0.1, 0.1, 0.6, 0.6]
+    for record, level in zip(result.metrics, expected, strict=True):
+        assert record["mean_prob"] == pytest.approx([level] * 4, abs=1e-5)
+        assert record["mean_mag_fraction"] == pytest.approx([level] * 4, abs=1e-5)
+    prov = result.schedule.provenance
+    assert prov["amount"] == "profile" and prov["amount_profile"] == str(path)
+    assert prov["amount_profile_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert prov["amount_targets"] == [pytest.approx([level, level], abs=1e-6) for level in expected]
+
+    def stop_after_round_1(message: str) -> None:
+        if message.startswith("round 1/"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_population_search(config, tmp_path / "cut", data=fake_data, plot=False, log=stop_after_round_1)
+    Schedule(*_ramp(2, 0.2), name="ramp", count_probs=(0.5, 0.5)).save(path)
+    with pytest.raises(ValueError, match="amount_profile_sha256: checkpoint"):
+        run_population_search(config, tmp_path / "cut", resume=True, data=fake_data, plot=False, log=lambda m: None)
+
+
 def test_one_round_is_a_tournament_of_whole_trainings(fake_data, tmp_path: Path):
     """``exploit_every >= epochs``: one round, no copy; every member trains for the whole search with its
     own policy (member 0 the start, the others explored copies of it), and the schedule is the policy of the
@@ -644,6 +718,12 @@ def test_another_seed_gives_another_search(fake_data, tmp_path: Path):
     ({"member_start": "spread"}, "member_start must be one of"),
     ({"score_ema": 1.5}, "score_ema must be None or a number in \\(0, 1\\), got 1.5"),
     ({"amount": "fixed"}, "amount must be one of"),
+    ({"amount": "profile"}, "amount='profile' needs amount_profile=SCHEDULE.json"),
+    ({"amount_profile": "p.json"}, "amount_profile='p.json' goes with amount='profile' only, got amount='free'"),
+    ({"amount": "profile", "amount_profile": "nowhere.json"},
+     "amount_profile names a schedule file that does not exist: 'nowhere.json'"),
+    ({"amount": "profile", "amount_profile": "profile.txt"},
+     "amount_profile must be a schedule file ending in '.json', got 'profile.txt'"),
     ({"resample": "near"}, "resample must be one of"),
 ])
 def test_bad_population_settings(kwargs, match):
@@ -672,6 +752,7 @@ def test_compile_and_other_objectives_are_refused():
     (["--member-start", "same"], "--member-start same applies to --objective population only"),
     (["--score-ema", "0.99"], "--score-ema 0.99 applies to --objective population only"),
     (["--amount", "held"], "--amount held applies to --objective population only"),
+    (["--amount-profile", "p.json"], "--amount-profile p.json applies to --objective population only"),
     (["--resample", "prior"], "--resample prior applies to --objective population only"),
 ])
 def test_command_line_refuses_options_of_the_other_objectives(tmp_path: Path, capsys, extra, said):
@@ -686,6 +767,14 @@ def test_command_line_names_a_score_ema_outside_its_range(tmp_path: Path, capsys
             "--out", str(tmp_path / "o"), "--device", "cpu"]
     assert main(args) == 2
     assert "score_ema must be None or a number in (0, 1), got 1.5" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_command_line_asks_for_the_amount_profile(tmp_path: Path, capsys):
+    args = ["search", "--objective", "population", "--amount", "profile", "--data-dir", str(tmp_path / "nowhere"),
+            "--out", str(tmp_path / "o"), "--device", "cpu"]
+    assert main(args) == 2
+    assert "--amount profile needs --amount-profile SCHEDULE.json" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
 

@@ -15,7 +15,7 @@
 # GPU's runs, each machine a block (`paired.py --block`, `paired_with_gpu.md`); and the 2x2 on the CPU
 # alone, each amount cell against the pair and the two main effects (`paired.py --contrast`,
 # `amount_2x2.md`). Then commit `benchmarks/results/cpu_paper_scale/` (the records under `results/`, the
-# tables; `runs/` is ignored). PYTHON names the interpreter (default: .venv/bin/python). JOBS and THREADS
+# tables; `runs/` is ignored). `run` first refuses a CPU whose bfloat16 is slow (below). PYTHON names the interpreter (default: .venv/bin/python). JOBS and THREADS
 # (default 1 and 2) set the layout. DRY_RUN=1 prints the commands instead of running them
 # (tests/test_cpu_campaign_script.py).
 set -euo pipefail
@@ -53,7 +53,7 @@ all_seeds=0,1,2,3,4,5,6,7,8,9,10,11
 
 do_run() {
   if [[ -n ${DRY_RUN:-} ]]; then
-    echo "would run: $*"
+    echo "would run: ${*@Q}"  # each argument quoted, as shlex.split reads it
   else
     "$@"
   fi
@@ -69,8 +69,17 @@ report() {
     --out "$out/amount_2x2.md"
 }
 
+# Every run trains with --amp; on a CPU without bfloat16 matrix instructions that is some 30x slower than
+# float32 (RESULTS.md, "An AVX2-only CPU": no epoch in 9 minutes), so `run` stops there before it starts.
+check_bf16() {
+  local why="every run here trains with --amp: not starting (RESULTS.md, An AVX2-only CPU)"
+  do_run "$python" -c "import sys; from hba_augment._runner import SLOW_BF16, cpu_bf16_slowdown as f; s = f(); \
+sys.exit(f'cpu_paper_scale.sh: a bfloat16 matrix product takes {s:.0f}x a float32 one here; $why' if s > SLOW_BF16 else 0)"
+}
+
 case ${1:-} in
   run)
+    check_bf16
     do_run nice -n 5 "$python" "${quality[@]}" --seeds "$cell_seeds" --policies "$cells"
     report
     ;;

@@ -83,8 +83,8 @@ def _count_probs(text: str) -> tuple[float, ...]:
 _LAMBDA_OPTIONS = ("strategy", "hparam_lr", "sigma", "t_train", "t_val", "prior_decay", "hparam_accumulate",
                    "teacher_estimator", "teacher_weight", "teacher_decay", "val_bn", "hyper_input")
 # Options of the population search (default None: "not given"), which the other objectives refuse.
-_POPULATION_OPTIONS = ("population", "exploit_every", "member_start", "score_ema", "amount", "resample",
-                       "population_procs", "population_lanes", "population_fuse")
+_POPULATION_OPTIONS = ("population", "exploit_every", "member_start", "score_ema", "amount", "amount_profile",
+                       "resample", "population_procs", "population_lanes", "population_fuse")
 
 
 def _flag(attr: str) -> str:
@@ -126,7 +126,7 @@ def population_config_from_args(args: argparse.Namespace, device: str,
     from hba_augment.search.population import PopulationConfig
 
     # Options not given keep the config's defaults (one home for each).
-    given = {k: getattr(args, k) for k in ("population", "member_start", "amount", "resample")
+    given = {k: getattr(args, k) for k in ("population", "member_start", "amount", "amount_profile", "resample")
              if getattr(args, k) is not None}
     return PopulationConfig(search=config_from_args(args, device) if search is None else search, **given,
                             exploit_every=args.exploit_every, score_ema=args.score_ema,
@@ -285,7 +285,12 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
                    help="'free' = selection may keep any amount of augmentation, as PBA; 'held' = every explored "
                    "policy is shifted back to the --init policy's mean probability and mean magnitude fraction, so "
                    "that selection chooses the mix of ops and magnitudes but not those means (how much images "
-                   "change still depends on the mix) (default: free)")
+                   "change still depends on the mix); 'profile' = every member is shifted, as each round starts, to "
+                   "the amount of the --amount-profile schedule at that epoch (default: free)")
+    g.add_argument("--amount-profile", metavar="SCHEDULE.json",
+                   help="with --amount profile: the schedule file whose amount of augmentation over time (mean "
+                   "probability and mean magnitude fraction at each epoch, stretched to --epochs) the members "
+                   "follow, e.g. a null search's, while selection chooses the mix")
     g.add_argument("--resample", choices=RESAMPLES,
                    help="where explore's resample puts a value: 'uniform' = a uniform draw over its range, as PBA "
                    "(a walk with no signal forgets the --init policy); 'prior' = back to the --init policy's value, "

@@ -24,6 +24,12 @@ ops and magnitudes but not those two means. It does not hold how much images cha
 much as the means do (measured: ``benchmarks/RESULTS.md``, "Holding the amount"). The shift draws nothing: a
 held search makes the same explore draws as a free one of its seed.
 
+*Amount profile* (``--amount profile``, not PBA's): the held amount moves. Each round's target is a given
+schedule's amount at the round's first epoch (:func:`amount_targets`), and every member, not only the explored
+ones, is shifted to it as the round starts (``hold_all``), so that every member of a round augments as much
+as the profile does then, and selection chooses the mix only, under an amount over time that the user chose
+(measured reason: ``benchmarks/RESULTS.md``, "The second amount cell's seed 0"). It draws nothing either.
+
 *Resampling to the prior* (``--resample prior``, not PBA's): PBA's resample draws a value uniformly over its
 range, so the explore walk forgets its start: with no signal at all, a lineage from the TrivialAugment-like
 start gives Invert, which that start all but leaves out, about the probability of any other op, and selection
@@ -46,6 +52,7 @@ from hba_augment.search.priors import Prior
 
 __all__ = [
     "AMOUNTS",
+    "AMOUNT_EDGE",
     "DEFAULT_MEMBER_START",
     "DEFAULT_POPULATION",
     "EXPLORE_LEVELS",
@@ -55,7 +62,7 @@ __all__ = [
     "RESAMPLES",
     "TRUNCATION_QUANTILE",
     "amount",
-    "amount_target",
+    "amount_targets",
     "check_settings",
     "default_exploit_every",
     "exploit",
@@ -91,8 +98,12 @@ MEMBER_STARTS = ("explored", "same")
 DEFAULT_MEMBER_START = "explored"
 #: How the members' amount of augmentation may move (module docstring). ``"free"``: as PBA, explore moves
 #: every value and selection keeps whatever scores best; ``"held"``: every explored policy is shifted back to
-#: the start's amount, so that selection chooses the mix only.
-AMOUNTS = ("free", "held")
+#: the start's amount, so that selection chooses the mix only; ``"profile"``: every member is shifted, each
+#: round, to a given schedule's amount at the round's first epoch.
+AMOUNTS = ("free", "held", "profile")
+#: A target amount is kept this far inside (0, 1): :func:`hold_amount` cannot reach a mean of exactly 0 or 1
+#: (a profile that starts with no augmentation at all, as ``--init zero`` does, has one).
+AMOUNT_EDGE = 1e-3
 #: Where explore's resample puts a value (module docstring). ``"uniform"``: a uniform draw over its range, as
 #: PBA; ``"prior"``: the ``init`` policy's value, so that the walk returns to its start.
 RESAMPLES = ("uniform", "prior")
@@ -209,16 +220,41 @@ def hold_amount(prob: np.ndarray, mag: np.ndarray, target: tuple[float, float]) 
     return _shift_to_mean(prob, float(target[0])), new_mag
 
 
-def amount_target(mode: str, prior: Prior) -> tuple[float, float] | None:
+def amount_targets(mode: str, prior: Prior, starts: Sequence[int],
+                   profile: tuple[np.ndarray, np.ndarray] | None = None) -> list[tuple[float, float]] | None:
     """What a search with ``--amount mode`` that starts at ``prior`` (its ``--init``,
-    :func:`~hba_augment.search.priors.prior_policy`) holds its members to: the prior's :func:`amount` for
-    ``"held"``, ``None`` (nothing held) for ``"free"``.
+    :func:`~hba_augment.search.priors.prior_policy`) holds its members to in each round: ``None`` (nothing
+    held) for ``"free"``; the prior's :func:`amount` in every round for ``"held"``; for ``"profile"``, the
+    amount of ``profile``'s policy at each round's first epoch, kept :data:`AMOUNT_EDGE` inside (0, 1).
+
+    Args:
+        mode: one of :data:`AMOUNTS`.
+        prior: the search's start.
+        starts: the rounds' first epochs (:func:`round_starts`).
+        profile: ``(prob, mag)``, ``(epochs, 2, 15)`` each, one policy per epoch of the search
+            (:func:`~hba_augment.search.priors.amount_profile`); required for ``"profile"`` only.
+
+    Returns:
+        One ``(mean probability, mean magnitude fraction)`` per round, or ``None``.
 
     Raises:
-        ValueError: ``mode`` is not one of :data:`AMOUNTS`.
+        ValueError: ``mode`` is not one of :data:`AMOUNTS`, or ``profile`` is missing, given for another
+            mode, or shorter than the search (named).
     """
     check_settings(amount=mode)
-    return None if mode == "free" else amount(prior.prob, prior.mag)
+    if (profile is None) != (mode != "profile"):
+        raise ValueError(f"an amount profile is given with amount 'profile' and only then, got amount {mode!r} "
+                         f"and {'no profile' if profile is None else 'a profile'}")
+    if mode == "free":
+        return None
+    if mode == "held":
+        return [amount(prior.prob, prior.mag)] * len(starts)
+    prob, mag = (np.asarray(a, dtype=np.float64) for a in profile)
+    if prob.ndim != 3 or prob.shape[1:] != _SHAPE or mag.shape != prob.shape or (starts and max(starts) >= len(prob)):
+        raise ValueError(f"profile must hold one (2, 15) policy per epoch of the search ({max(starts, default=-1) + 1}"
+                         f" or more), got shapes {prob.shape} and {mag.shape}")
+    return [tuple(float(np.clip(a, AMOUNT_EDGE, 1 - AMOUNT_EDGE)) for a in amount(prob[e], mag[e]))
+            for e in starts]
 
 
 def resample_anchor(mode: str, prior: Prior) -> tuple[np.ndarray, np.ndarray] | None:
@@ -395,12 +431,15 @@ def start_policies(prob: np.ndarray, mag: np.ndarray, population: int, seed: int
                    member_start: str = DEFAULT_MEMBER_START, resample_prob: float = EXPLORE_RESAMPLE_PROB,
                    max_shift: int = EXPLORE_MAX_SHIFT,
                    hold: tuple[float, float] | None = None,
-                   anchor: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   anchor: tuple[np.ndarray, np.ndarray] | None = None,
+                   hold_all: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Round 0's policies, ``(population, 2, 15)`` each: member 0 at the start ``(prob, mag)``, the others at
     explored copies of it drawn from :func:`start_rng` (``member_start="explored"``) or at it (``"same"``);
-    ``hold`` and ``anchor`` as in :func:`explore`."""
+    ``hold`` and ``anchor`` as in :func:`explore`. With ``hold_all`` the members that were not explored are
+    shifted to ``hold`` too (``--amount profile``: the start need not have round 0's amount)."""
     check_settings(member_start=member_start)
-    probs, mags = np.repeat(prob[None], population, axis=0), np.repeat(mag[None], population, axis=0)
+    start = hold_amount(prob, mag, hold) if hold_all and hold is not None else (prob, mag)
+    probs, mags = np.repeat(start[0][None], population, axis=0), np.repeat(start[1][None], population, axis=0)
     if member_start == "explored":
         for m in range(1, population):
             probs[m], mags[m] = explore(prob, mag, start_rng(seed, m), resample_prob=resample_prob,
@@ -413,11 +452,13 @@ def exploit(prob: np.ndarray, mag: np.ndarray, scores: Sequence[float], seed: in
             max_shift: int = EXPLORE_MAX_SHIFT,
             hold: tuple[float, float] | None = None,
             anchor: tuple[np.ndarray, np.ndarray] | None = None,
+            hold_all: bool = False,
             ) -> tuple[list[int], np.ndarray, np.ndarray, list[tuple[int, int]]]:
     """Round ``r``'s exploit on the members' policies ``(N, 2, 15)`` and ``scores``: truncation selection, and
     each loser starts the next round from its donor's weights with an explored copy of its donor's policy
-    (``hold`` and ``anchor`` as in :func:`explore`), every draw from :func:`round_rng`. The inputs are not
-    modified.
+    (``hold`` and ``anchor`` as in :func:`explore`), every draw from :func:`round_rng`. With ``hold_all`` the
+    members that did not copy are shifted to ``hold`` too (``--amount profile``: the next round's target).
+    The inputs are not modified.
 
     Returns:
         ``(parents, prob, mag, copies)``: whose weights each member starts the next round with, the next
@@ -430,6 +471,10 @@ def exploit(prob: np.ndarray, mag: np.ndarray, scores: Sequence[float], seed: in
         parents[loser] = donor
         new_prob[loser], new_mag[loser] = explore(prob[donor], mag[donor], rng, resample_prob=resample_prob,
                                                   max_shift=max_shift, hold=hold, anchor=anchor)
+    if hold_all and hold is not None:
+        losers = {loser for loser, _ in copies}
+        for m in (m for m in range(len(scores)) if m not in losers):
+            new_prob[m], new_mag[m] = hold_amount(prob[m], mag[m], hold)
     return parents, new_prob, new_mag, copies
 
 

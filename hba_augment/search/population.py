@@ -22,7 +22,8 @@ The algorithm:
    ``amount="held"`` shifted back to the start's amount of augmentation, :func:`~hba_augment.search.pbt.hold_amount`,
    so that selection chooses the mix only; with ``resample="prior"`` a resampled value returns to the start's,
    :func:`~hba_augment.search.pbt.resample_anchor`, so that the walk does not forget the start). The others go
-   on unchanged.
+   on unchanged, except that with ``amount="profile"`` every member is shifted to the next round's target, the
+   ``amount_profile`` schedule's amount at that round's first epoch (:func:`~hba_augment.search.pbt.amount_targets`).
 3. After the last round, the schedule is the lineage of the best member
    (:func:`~hba_augment.search.pbt.lineage`): for every epoch, the policy that the network which became
    the final best one was trained with, following its copies back through the members it copied from.
@@ -74,7 +75,14 @@ from hba_augment.search.loop import (
     load_search_data,
     training_provenance,
 )
-from hba_augment.search.priors import Prior, init_provenance, prior_policy
+from hba_augment.search.priors import (
+    Prior,
+    amount_profile,
+    init_provenance,
+    prior_policy,
+    profile_provenance,
+    schedule_file,
+)
 
 __all__ = ["MEMBERS_FOLDER", "PopulationConfig", "run_population_search"]
 
@@ -89,7 +97,7 @@ _RESUME_FREE = frozenset({"data_dir", "name", "device", "compile", "population_p
 # is not resume-free: a fused process's members share one augmentation stream, which each member's state file
 # holds, so members resumed apart would draw alike.)
 _ADDED_FIELDS = {"member_start": "explored", "score_ema": None, "amount": "free", "resample": "uniform",
-                 "population_fuse": False}
+                 "population_fuse": False, "amount_profile": None}
 
 
 @dataclass
@@ -119,9 +127,13 @@ class PopulationConfig:
         score_ema: score each member on an exponential moving average of its weights with this decay per
             training step, in (0, 1) (:class:`~hba_augment._runner.WeightEMA`; ``None``: on its weights, as
             PBA). The schedule is still the lineage of policies; only the score changes.
-        amount: one of :data:`~hba_augment.search.pbt.AMOUNTS`: ``"free"`` (PBA) or ``"held"`` (every explored
+        amount: one of :data:`~hba_augment.search.pbt.AMOUNTS`: ``"free"`` (PBA), ``"held"`` (every explored
             policy, round 0's included, is shifted back to the ``init`` policy's mean probability and mean
-            magnitude fraction; :func:`~hba_augment.search.pbt.hold_amount`).
+            magnitude fraction; :func:`~hba_augment.search.pbt.hold_amount`) or ``"profile"`` (every member is
+            shifted, as each round starts, to ``amount_profile``'s amount at the round's first epoch;
+            :func:`~hba_augment.search.pbt.amount_targets`).
+        amount_profile: with ``amount="profile"`` only: a schedule file whose amount over time the members
+            follow (stretched to the search's epochs; :func:`~hba_augment.search.priors.amount_profile`).
         resample: one of :data:`~hba_augment.search.pbt.RESAMPLES`: ``"uniform"`` (PBA: a resampled value is a
             uniform draw over its range) or ``"prior"`` (it returns to the ``init`` policy's value;
             :func:`~hba_augment.search.pbt.resample_anchor`).
@@ -143,6 +155,7 @@ class PopulationConfig:
     member_start: str = pbt.DEFAULT_MEMBER_START
     score_ema: float | None = None
     amount: str = "free"
+    amount_profile: str | None = None
     resample: str = "uniform"
 
     @property
@@ -192,6 +205,15 @@ class PopulationConfig:
         pbt.check_settings(resample_prob=self.resample_prob, max_shift=self.max_shift, quantile=self.quantile,
                            member_start=self.member_start, score_ema=self.score_ema, amount=self.amount,
                            resample=self.resample)
+        if self.amount == "profile" and self.amount_profile is None:
+            raise ValueError(f"{_cli_common.option('amount', 'profile')} needs "
+                             f"{_cli_common.option('amount_profile', 'SCHEDULE.json', placeholder=True)}")
+        if self.amount == "profile":
+            schedule_file(self.amount_profile, _cli_common.option("amount_profile"))
+        if self.amount != "profile" and self.amount_profile is not None:
+            raise ValueError(f"{_cli_common.option('amount_profile', self.amount_profile)} goes with "
+                             f"{_cli_common.option('amount', 'profile')} only, got "
+                             f"{_cli_common.option('amount', self.amount)}")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-compatible values, the search's fields first (one flat record)."""
@@ -205,15 +227,24 @@ class _Init(NamedTuple):
     edited file (its hash, in ``provenance``, is among the checkpoint's settings)."""
 
     prior: Prior
-    hold: tuple[float, float] | None  # the amount every member is held to (None: free)
+    holds: list[tuple[float, float]] | None  # per round, the amount the members are held to (None: free)
     anchor: tuple[np.ndarray, np.ndarray] | None  # what a resampled value returns to (None: a uniform draw)
-    provenance: dict[str, Any]  # init_provenance: the name, and a file's hash
+    provenance: dict[str, Any]  # init_provenance and profile_provenance: names, and files' hashes
+
+    def hold(self, r: int) -> tuple[float, float] | None:
+        """The amount round ``r``'s policies are held to (``None``: free)."""
+        return None if self.holds is None else self.holds[r]
 
 
 def _read_init(config: PopulationConfig) -> _Init:
     prior = prior_policy(config.search.init)
-    return _Init(prior, pbt.amount_target(config.amount, prior), pbt.resample_anchor(config.resample, prior),
-                  init_provenance(config.search.init))
+    starts = pbt.round_starts(config.search.epochs, config.every)
+    profile, provenance = None, init_provenance(config.search.init)
+    if config.amount_profile is not None:
+        profile = amount_profile(config.amount_profile, config.search.epochs)
+        provenance = {**provenance, **profile_provenance(config.amount_profile)}
+    return _Init(prior, pbt.amount_targets(config.amount, prior, starts, profile),
+                 pbt.resample_anchor(config.resample, prior), provenance)
 
 
 @dataclass
@@ -365,7 +396,8 @@ def _round_0(config: PopulationConfig, init: _Init) -> _History:
     itself (``config.member_start``)."""
     prob, mag = pbt.start_policies(init.prior.prob, init.prior.mag, config.population, config.search.seed,
                                    member_start=config.member_start, resample_prob=config.resample_prob,
-                                   max_shift=config.max_shift, hold=init.hold, anchor=init.anchor)
+                                   max_shift=config.max_shift, hold=init.hold(0), anchor=init.anchor,
+                                   hold_all=config.amount == "profile")
     return _History(plan_parents=list(range(config.population)), plan_prob=prob, plan_mag=mag)
 
 
@@ -398,7 +430,8 @@ def _exploit(config: PopulationConfig, init: _Init, history: _History, scores: l
     """Truncation selection on ``scores`` and the next round's plan (copies with explored policies)."""
     history.plan_parents, history.plan_prob, history.plan_mag, copies = pbt.exploit(
         history.plan_prob, history.plan_mag, scores, config.search.seed, r, quantile=config.quantile,
-        resample_prob=config.resample_prob, max_shift=config.max_shift, hold=init.hold, anchor=init.anchor)
+        resample_prob=config.resample_prob, max_shift=config.max_shift, hold=init.hold(r + 1), anchor=init.anchor,
+        hold_all=config.amount == "profile")
     return copies
 
 
@@ -476,6 +509,8 @@ def _provenance(config: PopulationConfig, init: _Init, history: _History, train:
         "member_start": config.member_start,
         "score_ema": config.score_ema,
         "amount": config.amount,
+        # What each round was held to, so that a replay (benchmarks/pbt_null.py) needs no profile file.
+        **({} if config.amount != "profile" else {"amount_targets": [list(t) for t in init.holds]}),
         "resample": config.resample,
         "amp": cfg.amp,
         "channels_last": cfg.channels_last,
@@ -524,6 +559,7 @@ def run_population_search(
     out, files, command, log = _runner.open_run(
         out_dir, {"schedule": SCHEDULE_FILE, "metrics": METRICS_FILE, "plot": PLOT_FILE, "checkpoint": CHECKPOINT_FILE},
         ("schedule", "checkpoint"), device=cfg.device, resume=resume, command=command, log=log, what="search",
+        amp=cfg.amp,
     )
     if plot:
         from hba_augment.search.plot import missing_plot_dependency

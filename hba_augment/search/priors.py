@@ -47,7 +47,8 @@ import numpy as np
 if TYPE_CHECKING:  # the schedule imports torch; parsing a name must not
     from hba_augment.schedule import Schedule
 
-__all__ = ["INIT_KINDS", "PAPER_FRACTION", "Prior", "init_provenance", "parse_init", "prior_policy", "start_schedule"]
+__all__ = ["INIT_KINDS", "PAPER_FRACTION", "Prior", "amount_profile", "init_provenance", "parse_init", "prior_policy",
+           "profile_provenance", "schedule_file", "start_schedule"]
 
 #: The kinds of names :func:`parse_init` accepts (``uniform`` takes a fraction: ``uniform:0.3``; ``schedule``
 #: is any path ending in ``.json``).
@@ -84,8 +85,7 @@ def parse_init(init: str) -> tuple[str, float | None]:
     if not isinstance(init, str):
         raise ValueError(f"init must be a string such as 'paper' or 'uniform:0.3', got {init!r}")
     if init.lower().endswith(_SCHEDULE_SUFFIX):
-        if not Path(init).expanduser().is_file():
-            raise ValueError(f"init names a schedule file that does not exist: {init!r}")
+        schedule_file(init, "init")
         return "schedule", None
     kind, sep, rest = init.partition(":")
     if kind not in INIT_KINDS or kind == "schedule" or (kind == "uniform") != bool(sep):
@@ -165,6 +165,53 @@ def start_schedule(init: str, count_probs: tuple[float, ...] | None = None) -> S
                                          "(hba_augment.search.priors)", **source})
 
 
+def schedule_file(path: str, what: str) -> Path:
+    """``path`` as a schedule file that exists (read later, by :meth:`~hba_augment.schedule.Schedule.load`).
+
+    Args:
+        path: a path ending in ``.json``.
+        what: the setting's name, for the message.
+
+    Raises:
+        ValueError: not a string ending in ``.json``, or no such file (both named).
+    """
+    if not isinstance(path, str) or not path.lower().endswith(_SCHEDULE_SUFFIX):
+        raise ValueError(f"{what} must be a schedule file ending in '.json', got {path!r}")
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ValueError(f"{what} names a schedule file that does not exist: {path!r}")
+    return file
+
+
+def amount_profile(path: str, epochs: int) -> tuple[np.ndarray, np.ndarray]:
+    """The per-epoch policies of the schedule file ``path`` stretched to a search of ``epochs`` epochs (as
+    :class:`~hba_augment.policy.HBAPolicy` stretches a schedule: :meth:`~hba_augment.schedule.Schedule.index`):
+    what ``--amount profile`` reads each round's amount from (:func:`~hba_augment.search.pbt.amount_targets`).
+
+    Returns:
+        ``(prob, mag)``: float64 arrays of shape ``(epochs, 2, 15)``.
+
+    Raises:
+        ValueError: not a ``.json`` file that exists, or not a valid schedule (named).
+    """
+    from hba_augment.schedule import Schedule
+
+    schedule = Schedule.load(schedule_file(path, "amount_profile"))
+    rows = [schedule.index(e, epochs) for e in range(epochs)]
+    return schedule.prob[rows].astype(np.float64), schedule.mag[rows].astype(np.float64)
+
+
+def profile_provenance(path: str) -> dict[str, Any]:
+    """What a searched schedule's provenance records of its amount profile: the path and the SHA-256 of the
+    file's bytes (``amount_profile``, ``amount_profile_sha256``).
+
+    Raises:
+        ValueError: not a ``.json`` file that exists.
+    """
+    file = schedule_file(path, "amount_profile")
+    return {"amount_profile": path, "amount_profile_sha256": _sha256(file)}
+
+
 def init_provenance(init: str) -> dict[str, Any]:
     """What a searched schedule's provenance records of its start: ``{"init": init}``, and for a schedule file
     also ``"init_sha256"``, the hash of the file's bytes, since a path alone does not say what it held.
@@ -175,4 +222,8 @@ def init_provenance(init: str) -> dict[str, Any]:
     kind, _ = parse_init(init)
     if kind != "schedule":
         return {"init": init}
-    return {"init": init, "init_sha256": hashlib.sha256(Path(init).expanduser().read_bytes()).hexdigest()}
+    return {"init": init, "init_sha256": _sha256(Path(init).expanduser())}
+
+
+def _sha256(file: Path) -> str:
+    return hashlib.sha256(file.read_bytes()).hexdigest()

@@ -84,7 +84,7 @@ def train_fused(
     for out_dir in out_dirs:
         name = Path(out_dir).name
         opened.append(_runner.open_run(out_dir, _FILES, ("result", "checkpoint"), device=configs[0].device,
-                                       resume=resume, command=command, what="run",
+                                       resume=resume, command=command, what="run", amp=configs[0].amp and not opened,
                                        log=lambda line, name=name: emit(f"[{name}] {line}")))
     train, test, source = T.load_data(configs[0])
     group = _FusedTrainer(configs, train, test, emit)
