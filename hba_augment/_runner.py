@@ -870,6 +870,7 @@ def drive(
     and run the epochs (:func:`run_epochs`).
 
     Args:
+        config: the run's settings; this reads its ``validate()``, ``epochs``, ``device`` and ``amp``.
         build: ``(train, held_out, log) -> worker``, refused unless a :class:`DrivenWorker`.
         file_names: as in :func:`open_run`; ``"checkpoint"`` and ``records_file`` are keys of it.
         load: ``() -> (train, held_out, data source)``, called once the folder is accepted.

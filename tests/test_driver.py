@@ -49,6 +49,7 @@ def test_both_commands_workers_satisfy_the_driver_contract(command: str):
 class _Config:
     epochs: int = 3
     device: str = "cpu"
+    amp: bool = False
     validated: bool = False
 
     def validate(self) -> None:
