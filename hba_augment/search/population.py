@@ -205,12 +205,12 @@ class PopulationConfig:
         pbt.check_settings(resample_prob=self.resample_prob, max_shift=self.max_shift, quantile=self.quantile,
                            member_start=self.member_start, score_ema=self.score_ema, amount=self.amount,
                            resample=self.resample)
-        if self.amount == "profile" and self.amount_profile is None:
-            raise ValueError(f"{_cli_common.option('amount', 'profile')} needs "
-                             f"{_cli_common.option('amount_profile', 'SCHEDULE.json', placeholder=True)}")
         if self.amount == "profile":
+            if self.amount_profile is None:
+                raise ValueError(f"{_cli_common.option('amount', 'profile')} needs "
+                                 f"{_cli_common.option('amount_profile', 'SCHEDULE.json', placeholder=True)}")
             schedule_file(self.amount_profile, _cli_common.option("amount_profile"))
-        if self.amount != "profile" and self.amount_profile is not None:
+        elif self.amount_profile is not None:
             raise ValueError(f"{_cli_common.option('amount_profile', self.amount_profile)} goes with "
                              f"{_cli_common.option('amount', 'profile')} only, got "
                              f"{_cli_common.option('amount', self.amount)}")
