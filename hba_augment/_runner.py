@@ -599,8 +599,9 @@ def open_run(
 
 
 #: How many times a float32 matrix product's time a bfloat16 one may take before ``amp`` on a CPU is warned
-#: about. Measured (benchmarks/RESULTS.md, "An AVX2-only CPU"): 34x on an AVX2-only AMD EPYC, where one
-#: WRN-40-2 epoch had not finished after 9 minutes (13-31 s on the CPUs with bfloat16 instructions).
+#: about (docs/contract.md, section 6, "Running"). Measured (benchmarks/RESULTS.md, "An AVX2-only CPU"): 34x
+#: on an AVX2-only AMD EPYC, where one WRN-40-2 epoch had not finished after 9 minutes (13-50 s an epoch on
+#: the CPUs with bfloat16 instructions).
 SLOW_BF16 = 4.0
 
 
