@@ -762,19 +762,15 @@ def test_command_line_refuses_options_of_the_other_objectives(tmp_path: Path, ca
     assert not (tmp_path / "o").exists()
 
 
-def test_command_line_names_a_score_ema_outside_its_range(tmp_path: Path, capsys):
-    args = ["search", "--objective", "population", "--score-ema", "1.5", "--data-dir", str(tmp_path / "nowhere"),
+@pytest.mark.parametrize(("extra", "said"), [
+    (["--score-ema", "1.5"], "score_ema must be None or a number in (0, 1), got 1.5"),
+    (["--amount", "profile"], "--amount profile needs --amount-profile SCHEDULE.json"),
+])
+def test_command_line_names_a_bad_population_setting(tmp_path: Path, capsys, extra, said):
+    args = ["search", "--objective", "population", *extra, "--data-dir", str(tmp_path / "nowhere"),
             "--out", str(tmp_path / "o"), "--device", "cpu"]
     assert main(args) == 2
-    assert "score_ema must be None or a number in (0, 1), got 1.5" in capsys.readouterr().err
-    assert not (tmp_path / "o").exists()
-
-
-def test_command_line_asks_for_the_amount_profile(tmp_path: Path, capsys):
-    args = ["search", "--objective", "population", "--amount", "profile", "--data-dir", str(tmp_path / "nowhere"),
-            "--out", str(tmp_path / "o"), "--device", "cpu"]
-    assert main(args) == 2
-    assert "--amount profile needs --amount-profile SCHEDULE.json" in capsys.readouterr().err
+    assert said in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
 
