@@ -143,6 +143,14 @@ def test_amp_on_a_cpu_whose_bfloat16_is_slow_is_warned_about(tmp_path: Path, mon
     assert lines == []
 
 
-def test_the_bfloat16_probe_measures_a_ratio():
-    slowdown = _runner.cpu_bf16_slowdown(size=64, repeats=2)
+def test_the_bfloat16_probe_measures_a_ratio_and_gives_the_threads_back():
+    """The probe times on one thread (a waking thread pool swamped a small product's time), then restores
+    the caller's thread count, which the run it precedes trains with."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        slowdown = _runner.cpu_bf16_slowdown(size=64, repeats=2)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
     assert 0.0 < slowdown < 1e4
