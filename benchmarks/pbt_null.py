@@ -664,7 +664,12 @@ def agreement_report(folders: list[Path], replicates: int, seed: int) -> str:
     preference of null searches of its own settings (what its explore step alone prefers), against the same
     correlation between ``replicates`` pairs of independent null searches, one of each search's settings.
     The settings may differ (a proxy's search against a paper-scale one); preferences are averages over
-    each schedule's own epochs, so schedules of different lengths compare."""
+    each schedule's own epochs, so schedules of different lengths compare.
+
+    An ``--amount profile`` search has no stand-alone null (its targets move from round to round), so its side
+    of each null pair is one of its twins (:func:`twin_policies`: its own explore draws, noise for its scores),
+    and its drift is its twins' mean preference, never pooled with the other side's: twins are drawn given one
+    seed's walk, so each search's twins centre where that walk leads."""
     if len(folders) != 2:
         raise ValueError(f"--agree takes two search folders, got {len(folders)}")
     schedules = [Schedule.load(Path(f) / "schedule.json") for f in folders]
@@ -687,7 +692,11 @@ def agreement_report(folders: list[Path], replicates: int, seed: int) -> str:
         # A preference vector with no spread (a schedule that never moved) agrees with nothing.
         return float(np.corrcoef(a, b)[0, 1]) if a.std() > 0 and b.std() > 0 else 0.0
 
-    pairs = [[null(cfg, start) for cfg, start in zip(settings, starts, strict=True)] for _ in range(replicates)]
+    profile = [cfg["amount"] == "profile" for cfg in settings]
+    twins = [twin_policies(s.provenance, replicates, seed + 1 + i) if held else None
+             for i, (s, held) in enumerate(zip(schedules, profile, strict=True))]
+    pairs = [[next(twins[i]) if profile[i] else null(cfg, start)
+              for i, (cfg, start) in enumerate(zip(settings, starts, strict=True))] for _ in range(replicates)]
     what = {"ops' probabilities (15)": slice(0, NUM_OPS), "magnitudes (12)": slice(NUM_OPS, None)}
     if settings[0] == settings[1]:
         described = [f"- Settings of both: {_settings_text(settings[0])}."]
@@ -698,7 +707,9 @@ def agreement_report(folders: list[Path], replicates: int, seed: int) -> str:
              *described,
              "- Statistic: Pearson's r between the two schedules' preferences (per op, its mean over the epochs "
              "and both copies minus the start's, less the mean preference of null searches of its settings); "
-             f"null: {replicates} pairs of independent null searches, one of each search's settings, seed {seed}.",
+             f"null: {replicates} pairs of independent null searches, one of each search's settings, seed {seed}"
+             + ("; an `--amount profile` search's null is its twins (its own explore draws, noise for its scores), "
+                "and its preference is taken less its own twins' mean." if any(profile) else "."),
              f"- Command: `python benchmarks/pbt_null.py --agree {folders[0]} {folders[1]} --replicates {replicates} "
              f"--seed {seed}`",
              f"- Commit: {source_commit() or 'unknown'}; numpy only (no training); "
@@ -710,7 +721,7 @@ def agreement_report(folders: list[Path], replicates: int, seed: int) -> str:
                  for i, (start, part) in enumerate(zip(starts, parts, strict=True))]
         # What each explore step alone prefers, from its start: one estimate per setting.
         drifts = [side.mean(axis=0) for side in sides]
-        if settings[0] == settings[1]:
+        if settings[0] == settings[1] and not any(profile):
             drifts = [np.mean(drifts, axis=0)] * 2
         searched = [op_preference(schedule.prob, schedule.mag, start, part) - drift
                     for schedule, start, part, drift in zip(schedules, starts, parts, drifts, strict=True)]
@@ -744,7 +755,8 @@ def pushes_report(folders: list[Path], replicates: int, seed: int) -> str:
     each fraction is uniform on [0, 1], so an op whose mean fraction over the searches is far from 0.5 is
     one that selection moves the same way from whatever walk its seed drew. Then, for each distinct setting
     among the searches, how far a walk with no signal drifts from its start with each kind of resample
-    (:data:`~hba_augment.search.pbt.RESAMPLES`)."""
+    (:data:`~hba_augment.search.pbt.RESAMPLES`); for an ``--amount profile`` search, which has no stand-alone
+    null, its twins under each resample."""
     if len(folders) < 2:
         raise ValueError(f"--pushes takes at least two search folders, got {len(folders)}")
     schedules = [Schedule.load(Path(f) / "schedule.json") for f in folders]
@@ -792,22 +804,33 @@ def pushes_report(folders: list[Path], replicates: int, seed: int) -> str:
               "|---|---|---|---|---|"]
     rare, seen = OP_NAMES.index("Invert"), []
     for schedule in schedules:
-        cfg = _null_settings(schedule.provenance)
-        key = {k: v for k, v in cfg.items() if k != "resample"}
+        prov = schedule.provenance
+        cfg = _null_settings(prov)
+        held = cfg["amount"] == "profile"
+        # A profile search's walk follows its own targets, which no stand-alone null knows: its twins walk
+        # instead, and they are its seed's, so the seed is part of what is distinct.
+        key = {k: v for k, v in cfg.items() if k != "resample"} | ({"seed": prov["seed"]} if held else {})
         if key in seen:
             continue
         seen.append(key)
         prior = prior_policy(cfg["init"])
         start_f = pbt.mag_fractions(prior.mag)
         for resample in pbt.RESAMPLES:
-            rng = np.random.default_rng(seed)
-            walks = [null_lineage((prior.prob, prior.mag), _explore_of({**cfg, "resample": resample}),
-                                  _hba_fractions, rng, population=cfg["population"], epochs=cfg["search_epochs"],
-                                  every=cfg["exploit_every"], explore_start=cfg["member_start"] == "explored")
-                     for _ in range(replicates)]
+            if held:
+                walks = [(p, pbt.mag_fractions(m)) for p, m in twin_policies({**prov, "resample": resample},
+                                                                              replicates, seed)]
+            else:
+                rng = np.random.default_rng(seed)
+                walks = [null_lineage((prior.prob, prior.mag), _explore_of({**cfg, "resample": resample}),
+                                      _hba_fractions, rng, population=cfg["population"],
+                                      epochs=cfg["search_epochs"], every=cfg["exploit_every"],
+                                      explore_start=cfg["member_start"] == "explored")
+                         for _ in range(replicates)]
             prob = np.array([w[0] for w in walks])
             frac = np.array([w[1] for w in walks])
-            lines.append(f"| {_settings_text({**cfg, 'resample': resample})} | `{resample}` | "
+            setting = _settings_text({**cfg, "resample": resample}) + (
+                f" (twins of seed {prov['seed']}: a profile search has no stand-alone null)" if held else "")
+            lines.append(f"| {setting} | `{resample}` | "
                          f"{np.abs(prob - prior.prob).mean():.3f} | "
                          f"{np.abs(frac - start_f).mean():.3f} | {prob[..., rare].mean():.3f} "
                          f"({prior.prob[:, rare].mean():.2f}) |")

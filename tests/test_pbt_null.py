@@ -266,6 +266,46 @@ def test_searches_of_other_settings_compare_against_nulls_of_their_own(tmp_path)
     assert all(float(row[2]) > 0.8 and float(row[-1]) < 0.01 for row in rows), rows
 
 
+def _noise_profile_search(folder: Path, seed: int, push: float = 0.0) -> None:
+    """A 24-epoch ``--amount profile`` search of ``seed`` whose scores were noise, written to ``folder``: the
+    provenance such a search records (its targets a ramp) and :func:`pbt_null.replay`'s schedule. ``push``
+    then moves ShearX, ShearY and TranslateX up and Color, Brightness and Sharpness down by that much, a
+    preference that two such searches share."""
+    rounds = len(pbt.round_starts(24, 2))
+    prov = {"objective": "population", "seed": seed, "init": "paper", "population": 4, "search_epochs": 24,
+            "exploit_every": 2, "member_start": "explored", "amount": "profile", "resample": "uniform",
+            "amount_targets": [[float(a), float(a)] for a in np.linspace(0.05, 0.5, rounds)],
+            "explore": {"resample_prob": pbt.EXPLORE_RESAMPLE_PROB, "max_shift": pbt.EXPLORE_MAX_SHIFT}}
+    prob, mag, _ = pbt_null.replay(prov, np.random.default_rng(100 + seed).random((rounds, 4)))
+    prob = prob.copy()
+    prob[..., :3] += push
+    prob[..., 11:14] -= push
+    folder.mkdir()
+    Schedule(np.clip(prob, 0.0, 1.0), mag, name=folder.name, count_probs=(0.2, 0.3, 0.5),
+             provenance=prov).save(folder / "schedule.json")
+
+
+def test_profile_searches_are_compared_against_their_twins(tmp_path):
+    """An ``--amount profile`` search has no stand-alone null, so ``--agree`` and ``--pushes`` use its twins: two
+    such searches that selected on noise agree by chance only, two that share a preference agree far more than
+    their twins, and the drift table walks each search's twins."""
+    for seed in (3, 4):
+        _noise_profile_search(tmp_path / f"noise{seed}", seed)
+        _noise_profile_search(tmp_path / f"push{seed}", seed, push=0.25)
+    text = pbt_null.agreement_report([tmp_path / "noise3", tmp_path / "noise4"], 100, 0)
+    assert "null is its twins" in text
+    rows = _agreement_rows(text)
+    assert len(rows) == 4 and all(0.01 < float(row[-1]) < 0.99 for row in rows), rows
+    rows = _agreement_rows(pbt_null.agreement_report([tmp_path / "push3", tmp_path / "push4"], 100, 0))
+    probs = [row for row in rows if row[1] == "ops' probabilities (15)"]
+    assert all(float(row[2]) > 0.3 and float(row[-1]) < 0.05 for row in probs), probs
+    text = pbt_null.pushes_report([tmp_path / "noise3", tmp_path / "noise4"], 20, 0)
+    drift = [line for line in text.splitlines() if "a profile search has no stand-alone null" in line]
+    assert len(drift) == 2 * len(pbt.RESAMPLES)
+    assert sum("twins of seed 3" in line for line in drift) == sum("twins of seed 4" in line for line in drift) == 2
+    assert all(0.0 <= float(line.strip("|").split(" | ")[2]) <= 1.0 for line in drift)
+
+
 def test_agreement_takes_two_folders(tmp_path):
     with pytest.raises(ValueError, match="two search folders, got 1"):
         pbt_null.agreement_report([tmp_path], 10, 0)

@@ -256,7 +256,7 @@ def test_hold_amount_reaches_the_target_and_keeps_the_mix(policy, target_prob, t
     prob, mag = _explored(*policy)
     before = prob.copy(), mag.copy()
     held_prob, held_mag = pbt.hold_amount(prob, mag, (target_prob, target_mag))
-    assert pbt.amount(held_prob, held_mag) == pytest.approx((target_prob, target_mag), abs=1e-9)
+    assert pbt.amount(held_prob, held_mag) == pytest.approx((target_prob, target_mag), abs=1e-12)
     assert np.array_equal(prob, before[0]) and np.array_equal(mag, before[1], equal_nan=True)
     frac, held_frac = pbt.mag_fractions(mag), pbt.mag_fractions(held_mag)
     assert np.all((held_prob >= 0) & (held_prob <= 1)) and np.all((held_frac >= 0) & (held_frac <= 1))
