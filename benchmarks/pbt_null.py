@@ -28,7 +28,8 @@ Four more uses of the same null, for this package's own population searches:
   its own settings: is what its schedule changed more than its explore step's drift, and did its members'
   validation accuracies rank with their policies' strength at all?
 - ``--agree DIR DIR``: two finished searches (say, two seeds of one setting): do they prefer the same ops
-  more than two null searches do? A selection that follows a signal steers both the same way.
+  more than two null searches do (an ``--amount profile`` search's null is its twins)? A selection that
+  follows a signal steers both the same way.
 - ``--pushes DIR DIR ...``: several finished searches: which ops does selection move the same way from its
   own walk? Each op's probability in each search is placed among the search's twin nulls.
 - ``--schedules DIR``: null schedules of one search setting, to train as controls beside the searched one
