@@ -181,7 +181,8 @@ def amount(prob: np.ndarray, mag: np.ndarray) -> tuple[float, float]:
 # ends are pulled in by _EDGE so that a value at 0 or 1 can move too.
 _EDGE = 1e-6
 #: The shift is found by Newton's method inside a bracket that every step narrows (a step that would leave it
-#: bisects instead), to a mean within _SHIFT_TOLERANCE of the target: about ten steps where bisection took 80.
+#: bisects instead), to a mean within _SHIFT_TOLERANCE of the target: 6 steps at the median and at most 11 over
+#: 3,000 random policies and targets (thirty-ninth session), where bisection took 80.
 _SHIFT_TOLERANCE = 1e-15
 _SHIFT_STEPS = 100
 
