@@ -234,7 +234,7 @@ class Campaign:
                 null_schedule(cfg.init, cfg.seed, population=pop.population, epochs=cfg.epochs, every=pop.every,
                               resample_prob=pop.resample_prob, max_shift=pop.max_shift,
                               count_probs=cfg.count_probs, member_start=pop.member_start,
-                              amount=pop.amount, resample=pop.resample).save(path)
+                              amount=pop.amount, resample=pop.resample, vary=pop.vary).save(path)
         if not all((folder / f"{name}.json").exists() for name in PBA_CONTROLS):
 
             pba = pba_schedule(PBA_DIR / "rcifar10_16_wrn.txt", 200)

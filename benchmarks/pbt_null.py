@@ -132,7 +132,7 @@ def _steps(cfg: dict) -> dict:
     :func:`~hba_augment.search.pbt.exploit`, less what is held (:func:`_holds`)."""
     prior = prior_policy(cfg["init"])
     return {"resample_prob": cfg["resample_prob"], "max_shift": cfg["max_shift"],
-            "anchor": pbt.resample_anchor(cfg["resample"], prior)}
+            "anchor": pbt.resample_anchor(cfg["resample"], prior), "vary": cfg["vary"]}
 
 
 def _holds(cfg: dict, starts: Sequence[int]) -> list[tuple[float, float]] | None:
@@ -207,7 +207,7 @@ def null_schedule(init: str, seed: int, *, population: int, epochs: int, every: 
                   resample_prob: float = pbt.EXPLORE_RESAMPLE_PROB, max_shift: int = pbt.EXPLORE_MAX_SHIFT,
                   count_probs: tuple[float, ...] | None = None,
                   member_start: str = pbt.DEFAULT_MEMBER_START, amount: str = "free",
-                  resample: str = "uniform") -> Schedule:
+                  resample: str = "uniform", vary: str = "all") -> Schedule:
     """The schedule a population search of this package writes when its scores carry no signal.
 
     The same start (``init``; members 1.. at explored copies of it, or at it, as ``member_start`` says),
@@ -224,12 +224,13 @@ def null_schedule(init: str, seed: int, *, population: int, epochs: int, every: 
         member_start: its ``--member-start``, one of :data:`~hba_augment.search.pbt.MEMBER_STARTS`.
         amount: its ``--amount``, one of :data:`~hba_augment.search.pbt.AMOUNTS`.
         resample: its ``--resample``, one of :data:`~hba_augment.search.pbt.RESAMPLES`.
+        vary: its ``--vary``, one of :data:`~hba_augment.search.pbt.VARIES`.
     """
-    pbt.check_settings(member_start=member_start, amount=amount, resample=resample)
+    pbt.check_settings(member_start=member_start, amount=amount, resample=resample, vary=vary)
     prior = prior_policy(init)
     rng = np.random.default_rng(seed)
     explore = _explore_of({"init": init, "resample_prob": resample_prob, "max_shift": max_shift, "amount": amount,
-                           "resample": resample})
+                           "resample": resample, "vary": vary})
     prob, mag = null_lineage((prior.prob, prior.mag), explore, _hba_fractions, rng, population=population,
                              epochs=epochs, every=every, explore_start=member_start == "explored", raw=True)
     counts = prior.count_probs if count_probs is None else tuple(count_probs)
@@ -237,7 +238,7 @@ def null_schedule(init: str, seed: int, *, population: int, epochs: int, every: 
                     provenance={"control": "a population search whose scores are noise (benchmarks/pbt_null.py)",
                                 "init": init, "seed": seed, "population": population, "search_epochs": epochs,
                                 "exploit_every": every, "member_start": member_start, "amount": amount,
-                                "resample": resample,
+                                "resample": resample, "vary": vary,
                                 "explore": {"resample_prob": resample_prob, "max_shift": max_shift},
                                 "note": "a comparison control for benchmarks; never shipped"})
 
@@ -254,6 +255,8 @@ def _null_settings(prov: dict) -> dict:
             **({"amount_targets": prov["amount_targets"]} if prov.get("amount") == "profile" else {}),
             # and before --resample, with "uniform".
             "resample": prov.get("resample", "uniform"),
+            # and before --vary, with "all".
+            "vary": prov.get("vary", "all"),
             "resample_prob": explore.get("resample_prob", pbt.EXPLORE_RESAMPLE_PROB),
             "max_shift": explore.get("max_shift", pbt.EXPLORE_MAX_SHIFT)}
 
@@ -651,7 +654,7 @@ AGREEMENT_PARTS = {"all epochs": (0.0, 1.0), "second half": (0.5, 1.0)}
 def _settings_text(cfg: dict) -> str:
     return (f"{cfg['population']} members, {cfg['search_epochs']} epochs, a round every {cfg['exploit_every']}, "
             f"start `{cfg['init']}`, members' start `{cfg['member_start']}`, amount `{cfg['amount']}`, resample "
-            f"`{cfg['resample']}`, explore "
+            f"`{cfg['resample']}`, " + ("" if cfg["vary"] == "all" else f"vary `{cfg['vary']}`, ") + "explore "
             f"resample {cfg['resample_prob']}, max shift {cfg['max_shift']}")
 
 
@@ -863,6 +866,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--amount", choices=pbt.AMOUNTS, default="free", help="the search's --amount (default: free)")
     p.add_argument("--resample", choices=pbt.RESAMPLES, default="uniform",
                    help="the search's --resample (default: uniform)")
+    p.add_argument("--vary", choices=pbt.VARIES, default="all", help="the search's --vary (default: all)")
     mode.add_argument("--searched", metavar="DIR",
                    help="instead of the report, test the population search in DIR (its schedule.json and "
                         "metrics.jsonl) against --replicates null searches of its own settings")
@@ -895,7 +899,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 schedule = null_schedule(args.init, seed, population=args.population, epochs=args.epochs,
                                          every=args.every, member_start=args.member_start, amount=args.amount,
-                                         resample=args.resample)
+                                         resample=args.resample, vary=args.vary)
             path = out / f"{schedule.name}.json"
             schedule.save(path)
             print(f"{path}: mean p {schedule.prob.mean():.3f}, "

@@ -443,10 +443,12 @@ def test_the_pushes_report_places_every_op_of_each_search_among_its_twins():
         pbt_null.pushes_report(folders[:1], 20, 0)
 
 
-def test_a_profile_search_replays_from_its_recorded_targets_and_its_twins_follow_them(tmp_path, data_dir):
+@pytest.mark.parametrize("vary", pbt.VARIES)
+def test_a_profile_search_replays_from_its_recorded_targets_and_its_twins_follow_them(tmp_path, data_dir, vary):
     """``--amount profile``: the replay needs no profile file (the provenance holds every round's target), writes
     the search's schedule again from its scores, and its twin nulls hold every round at the search's targets.
-    The stand-alone null, whose one explore step cannot know the round, refuses it."""
+    The stand-alone null, whose one explore step cannot know the round, refuses it. With ``--vary magnitudes``
+    (recorded too) every epoch of the twin holds the start's probabilities at its target."""
     import json
 
     import torch
@@ -471,7 +473,7 @@ def test_a_profile_search_replays_from_its_recorded_targets_and_its_twins_follow
     search = SearchConfig.from_preset("cifar10", data_dir="unused", model="wrn-10-1", epochs=4, train_size=40,
                                       val_size=20, batch_size=20, init="trivialaugment", seed=2)
     config = PopulationConfig(search=search, population=4, exploit_every=1, population_procs=0, amount="profile",
-                              amount_profile=str(profile))
+                              amount_profile=str(profile), vary=vary)
     folder = tmp_path / "search"
     result = run_population_search(config, folder, data=data, plot=False, log=lambda m: None)
     profile.unlink()  # what follows reads the provenance only
@@ -483,7 +485,14 @@ def test_a_profile_search_replays_from_its_recorded_targets_and_its_twins_follow
     np.testing.assert_allclose(mag, searched.mag, rtol=1e-5, atol=1e-6)
     twin = pbt_null.twin_null_schedule(folder, 0)
     assert twin.provenance["amount"] == "profile"
+    assert twin.provenance["vary"] == vary
     for e, level in enumerate(levels):
         assert pbt.amount(twin.prob[e], twin.mag[e]) == pytest.approx((level, level), abs=1e-5)
+    # A twin whose lineage stays with member 0 keeps the start's probabilities under either; over ten, only
+    # a magnitudes-only search's twins all do.
+    start = prior_policy("trivialaugment")
+    kept = np.stack([pbt.hold_amount(start.prob, start.mag, (level, level))[0] for level in levels])
+    twins = [pbt_null.twin_null_schedule(folder, k).prob for k in range(10)]
+    assert all(np.allclose(p, kept, atol=1e-9) for p in twins) == (vary == "magnitudes")
     with pytest.raises(ValueError, match="its twin null"):
         pbt_null.null_schedule("trivialaugment", 0, population=4, epochs=4, every=1, amount="profile")

@@ -178,6 +178,7 @@ def test_ranking_is_the_one_order_of_members():
     ("quantile", 0.6, "quantile"), ("max_shift", True, "max_shift"), ("member_start", "spread", "member_start"),
     ("score_ema", 1.0, "score_ema"), ("score_ema", 0, "score_ema"), ("score_ema", True, "score_ema"),
     ("amount", "fixed", "amount must be one of"), ("resample", "near", "resample must be one of"),
+    ("vary", "probabilities", "vary must be one of"),
 ])
 def test_bad_population_settings_are_named(setting, value, match):
     with pytest.raises(ValueError, match=match):
@@ -215,6 +216,29 @@ def test_a_resample_to_the_prior_makes_the_uniform_resamples_draws_and_puts_the_
         pbt.resample_anchor("near", prior_policy("trivialaugment"))
     with pytest.raises(ValueError, match="shape"):
         pbt.explore(*policy, np.random.default_rng(1), anchor=(prior.prob[0], prior.mag))
+
+
+# ------------------------------------------------------------------------------------------ magnitudes only
+@given(seed=st.integers(0, 2**32 - 1), init=st.sampled_from(["paper", "uniform:0.3", "trivialaugment"]),
+       hold=st.none() | st.tuples(st.floats(0.05, 0.95), st.floats(0.05, 0.95)))
+@settings(max_examples=40, deadline=None)
+def test_an_explore_of_magnitudes_only_keeps_the_probabilities_and_draws_as_one_of_all(seed, init, hold):
+    """``vary="magnitudes"``: the probabilities stay the policy's (with ``hold``, shifted to it, as a held policy
+    that explore did not touch), the magnitudes are those of ``vary="all"`` from the same stream, and both
+    consume the same draws, so that a magnitudes-only search is paired with the full one of its seed."""
+    prior = prior_policy(init)
+    full_rng, mag_rng = np.random.default_rng(seed), np.random.default_rng(seed)
+    full = pbt.explore(prior.prob, prior.mag, full_rng, hold=hold)
+    only = pbt.explore(prior.prob, prior.mag, mag_rng, hold=hold, vary="magnitudes")
+    assert full_rng.random() == mag_rng.random()
+    if hold is None:
+        np.testing.assert_array_equal(only[0], prior.prob)
+        np.testing.assert_array_equal(only[1], full[1])
+    else:
+        kept = pbt.hold_amount(prior.prob, prior.mag, hold)
+        np.testing.assert_allclose(only[0], kept[0], atol=1e-12)
+        np.testing.assert_allclose(pbt.mag_fractions(only[1]), pbt.mag_fractions(full[1]), atol=1e-9)
+        assert pbt.amount(*only) == pytest.approx(hold, abs=1e-12)
 
 
 def test_a_walk_that_resamples_to_the_prior_stays_near_it():
@@ -641,6 +665,22 @@ def test_members_that_always_resample_to_the_prior_stay_at_it(fake_data, tmp_pat
     assert result.schedule.provenance["resample"] == "prior"
 
 
+def test_a_magnitudes_only_search_keeps_the_starts_probabilities_and_selects_magnitudes(fake_data, tmp_path: Path):
+    """``vary="magnitudes"`` reaches round 0's members and every exploit: every member of every round applies
+    each op as often as the start, while the members' magnitudes differ; the provenance says so."""
+    start = prior_policy("trivialaugment")
+    result = run_population_search(_config(vary="magnitudes"), tmp_path / "s", data=fake_data, plot=False,
+                                   log=lambda m: None)
+    assert any(record["copies"] for record in result.metrics)
+    for record in result.metrics:
+        assert record["mean_prob"] == pytest.approx([start.prob.mean()] * 4)
+        assert len({round(f, 6) for f in record["mean_mag_fraction"]}) > 1
+    np.testing.assert_array_equal(result.schedule.prob, np.broadcast_to(start.prob, result.schedule.prob.shape))
+    assert result.schedule.provenance["vary"] == "magnitudes"
+    assert run_population_search(_config(), tmp_path / "all", data=fake_data, plot=False,
+                                 log=lambda m: None).schedule.provenance["vary"] == "all"
+
+
 def test_a_search_from_a_schedule_file_refines_its_last_entry(fake_data, tmp_path: Path):
     """``init`` as a schedule file: the members start at (and, resampled to the prior, stay at) the file's
     last entry, even where it holds probabilities of 0 and 1; the provenance names the file and its hash."""
@@ -725,6 +765,7 @@ def test_another_seed_gives_another_search(fake_data, tmp_path: Path):
     ({"amount": "profile", "amount_profile": "profile.txt"},
      "amount_profile must be a schedule file ending in '.json', got 'profile.txt'"),
     ({"resample": "near"}, "resample must be one of"),
+    ({"vary": "probabilities"}, "vary must be one of"),
 ])
 def test_bad_population_settings(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -754,6 +795,7 @@ def test_compile_and_other_objectives_are_refused():
     (["--amount", "held"], "--amount held applies to --objective population only"),
     (["--amount-profile", "p.json"], "--amount-profile p.json applies to --objective population only"),
     (["--resample", "prior"], "--resample prior applies to --objective population only"),
+    (["--vary", "magnitudes"], "--vary magnitudes applies to --objective population only"),
 ])
 def test_command_line_refuses_options_of_the_other_objectives(tmp_path: Path, capsys, extra, said):
     args = ["search", "--data-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o"), "--device", "cpu", *extra]

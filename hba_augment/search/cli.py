@@ -84,7 +84,7 @@ _LAMBDA_OPTIONS = ("strategy", "hparam_lr", "sigma", "t_train", "t_val", "prior_
                    "teacher_estimator", "teacher_weight", "teacher_decay", "val_bn", "hyper_input")
 # Options of the population search (default None: "not given"), which the other objectives refuse.
 _POPULATION_OPTIONS = ("population", "exploit_every", "member_start", "score_ema", "amount", "amount_profile",
-                       "resample", "population_procs", "population_lanes", "population_fuse")
+                       "resample", "vary", "population_procs", "population_lanes", "population_fuse")
 
 
 def _flag(attr: str) -> str:
@@ -126,7 +126,8 @@ def population_config_from_args(args: argparse.Namespace, device: str,
     from hba_augment.search.population import PopulationConfig
 
     # Options not given keep the config's defaults (one home for each).
-    given = {k: getattr(args, k) for k in ("population", "member_start", "amount", "amount_profile", "resample")
+    given = {k: getattr(args, k) for k in ("population", "member_start", "amount", "amount_profile", "resample",
+                                        "vary")
              if getattr(args, k) is not None}
     return PopulationConfig(search=config_from_args(args, device) if search is None else search, **given,
                             exploit_every=args.exploit_every, score_ema=args.score_ema,
@@ -160,6 +161,7 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
         DEFAULT_POPULATION,
         MEMBER_STARTS,
         RESAMPLES,
+        VARIES,
     )
 
     datasets = ("cifar10", "cifar100", "svhn", "imagefolder")
@@ -296,6 +298,11 @@ def build_parser(prog: str = "hba-augment search") -> argparse.ArgumentParser:
                    "(a walk with no signal forgets the --init policy); 'prior' = back to the --init policy's value, "
                    "so that the walk returns to its start and the schedule stays near it where selection sees "
                    "nothing (default: uniform)")
+    g.add_argument("--vary", choices=VARIES,
+                   help="which values explore varies: 'all' = every probability and magnitude, as PBA; 'magnitudes' "
+                   "= the magnitudes only, so that every member applies each op as often as the --init policy does "
+                   "(shifted to the held amount or profile, if any) and selection chooses how strong each op is "
+                   "(default: all)")
     g.add_argument("--population-procs", type=nonneg_int, metavar="P",
                    help="worker processes on the device, the members spread over them (default: one per member, "
                    "or one with --population-fuse; 0: every member in this process)")

@@ -38,6 +38,14 @@ pushes against"). With ``resample="prior"`` a resampled value returns to the ``i
 (:func:`resample_anchor`): the walk is pulled back to its start, so a search with no signal stays near it,
 and what selection keeps away from the start is what it saw. It draws the same numbers as a uniform
 resample, so such a search is paired with the uniform one of its seed.
+
+*Magnitudes only* (``vary="magnitudes"``, ``--vary magnitudes``, not PBA's): explore varies the 24 magnitudes
+and leaves the 30 probabilities at the explored policy's, so that every member applies each op as often as
+the start does (with a held amount or a profile, the start's probabilities shifted to the target) and
+selection chooses how strong each op is, not which ops apply. Why: two profile searches of the CPU proxy
+agreed on their magnitudes (r +0.65 over the second half) and not on their probabilities (r +0.09;
+``benchmarks/RESULTS.md``, "Do the two seeds' selections agree?"). It makes the probabilities' draws and drops
+them, so such a search makes the same magnitude draws as the one of its seed that varies all values.
 """
 
 from __future__ import annotations
@@ -61,6 +69,7 @@ __all__ = [
     "MEMBER_STARTS",
     "RESAMPLES",
     "TRUNCATION_QUANTILE",
+    "VARIES",
     "amount",
     "amount_targets",
     "check_settings",
@@ -107,6 +116,9 @@ AMOUNT_EDGE = 1e-3
 #: Where explore's resample puts a value (module docstring). ``"uniform"``: a uniform draw over its range, as
 #: PBA; ``"prior"``: the ``init`` policy's value, so that the walk returns to its start.
 RESAMPLES = ("uniform", "prior")
+#: Which values explore varies (module docstring). ``"all"``: every probability and magnitude, as PBA;
+#: ``"magnitudes"``: the magnitudes only, the probabilities kept.
+VARIES = ("all", "magnitudes")
 #: PBT's truncation selection: the bottom quarter copies the top quarter.
 TRUNCATION_QUANTILE = 0.25
 # PBA perturbs every 3 epochs of a 200-epoch search.
@@ -303,6 +315,7 @@ def explore(
     levels: int = EXPLORE_LEVELS,
     hold: tuple[float, float] | None = None,
     anchor: tuple[np.ndarray, np.ndarray] | None = None,
+    vary: str = "all",
 ) -> tuple[np.ndarray, np.ndarray]:
     """PBA's explore step on one policy (see the module docstring); the inputs are not modified.
 
@@ -320,6 +333,8 @@ def explore(
         hold: an amount to shift the explored policy back to (:func:`hold_amount`; ``None``: none, as PBA).
         anchor: the policy ``(prob, mag)`` a resampled value returns to (:func:`resample_anchor`; ``None``: a
             uniform draw, as PBA).
+        vary: one of :data:`VARIES`: ``"all"`` (PBA) or ``"magnitudes"`` (the probabilities are drawn for,
+            as with ``"all"``, and kept; ``hold`` still shifts them).
 
     Returns:
         ``(prob, mag)``: new float64 arrays, inside the ranges.
@@ -328,10 +343,12 @@ def explore(
         ValueError: a policy of the wrong shape or out of range, or bad settings (named).
     """
     prob, mag = _check_policy(prob, mag)
-    check_settings(resample_prob=resample_prob, max_shift=max_shift, levels=levels)
+    check_settings(resample_prob=resample_prob, max_shift=max_shift, levels=levels, vary=vary)
     if anchor is not None:
         anchor = _check_policy(*anchor)
     new_prob = _explore_fractions(prob, rng, resample_prob, max_shift, levels, None if anchor is None else anchor[0])
+    if vary == "magnitudes":  # drawn and dropped, so that the magnitudes' draws are those of vary="all"
+        new_prob = prob.copy()
     frac = _explore_fractions(mag_fractions(mag), rng, resample_prob, max_shift, levels,
                               None if anchor is None else mag_fractions(anchor[1]))
     new_mag = mag.copy()
@@ -357,10 +374,10 @@ def ranking(scores: Sequence[float]) -> list[int]:
 def check_settings(*, resample_prob: float = EXPLORE_RESAMPLE_PROB, max_shift: int = EXPLORE_MAX_SHIFT,
                    levels: int = EXPLORE_LEVELS, quantile: float = TRUNCATION_QUANTILE,
                    member_start: str = DEFAULT_MEMBER_START, score_ema: float | None = None,
-                   amount: str = "free", resample: str = "uniform") -> None:
+                   amount: str = "free", resample: str = "uniform", vary: str = "all") -> None:
     """Raise ``ValueError`` naming the first bad explore or exploit setting (see :func:`explore` and
     :func:`truncation_selection` for the ranges; ``member_start`` is one of :data:`MEMBER_STARTS`,
-    ``amount`` one of :data:`AMOUNTS`, ``resample`` one of :data:`RESAMPLES`;
+    ``amount`` one of :data:`AMOUNTS`, ``resample`` one of :data:`RESAMPLES`, ``vary`` one of :data:`VARIES`;
     ``score_ema``, the decay per step of the weights' average that members are scored on, is ``None`` or in
     (0, 1))."""
     if not (isinstance(resample_prob, (int, float)) and 0.0 <= resample_prob <= 1.0):
@@ -379,6 +396,8 @@ def check_settings(*, resample_prob: float = EXPLORE_RESAMPLE_PROB, max_shift: i
         raise ValueError(f"amount must be one of {AMOUNTS}, got {amount!r}")
     if resample not in RESAMPLES:
         raise ValueError(f"resample must be one of {RESAMPLES}, got {resample!r}")
+    if vary not in VARIES:
+        raise ValueError(f"vary must be one of {VARIES}, got {vary!r}")
 
 
 def truncation_selection(
@@ -444,18 +463,18 @@ def start_policies(prob: np.ndarray, mag: np.ndarray, population: int, seed: int
                    max_shift: int = EXPLORE_MAX_SHIFT,
                    hold: tuple[float, float] | None = None,
                    anchor: tuple[np.ndarray, np.ndarray] | None = None,
-                   hold_all: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                   hold_all: bool = False, vary: str = "all") -> tuple[np.ndarray, np.ndarray]:
     """Round 0's policies, ``(population, 2, 15)`` each: member 0 at the start ``(prob, mag)``, the others at
     explored copies of it drawn from :func:`start_rng` (``member_start="explored"``) or at it (``"same"``);
-    ``hold`` and ``anchor`` as in :func:`explore`. With ``hold_all`` the members that were not explored are
+    ``hold``, ``anchor`` and ``vary`` as in :func:`explore`. With ``hold_all`` the members that were not explored are
     shifted to ``hold`` too (``--amount profile``: the start need not have round 0's amount)."""
-    check_settings(member_start=member_start)
+    check_settings(member_start=member_start, vary=vary)
     start = hold_amount(prob, mag, hold) if hold_all and hold is not None else (prob, mag)
     probs, mags = np.repeat(start[0][None], population, axis=0), np.repeat(start[1][None], population, axis=0)
     if member_start == "explored":
         for m in range(1, population):
             probs[m], mags[m] = explore(prob, mag, start_rng(seed, m), resample_prob=resample_prob,
-                                        max_shift=max_shift, hold=hold, anchor=anchor)
+                                        max_shift=max_shift, hold=hold, anchor=anchor, vary=vary)
     return probs, mags
 
 
@@ -465,10 +484,11 @@ def exploit(prob: np.ndarray, mag: np.ndarray, scores: Sequence[float], seed: in
             hold: tuple[float, float] | None = None,
             anchor: tuple[np.ndarray, np.ndarray] | None = None,
             hold_all: bool = False,
+            vary: str = "all",
             ) -> tuple[list[int], np.ndarray, np.ndarray, list[tuple[int, int]]]:
     """Round ``r``'s exploit on the members' policies ``(N, 2, 15)`` and ``scores``: truncation selection, and
     each loser starts the next round from its donor's weights with an explored copy of its donor's policy
-    (``hold`` and ``anchor`` as in :func:`explore`), every draw from :func:`round_rng`. With ``hold_all`` the
+    (``hold``, ``anchor`` and ``vary`` as in :func:`explore`), every draw from :func:`round_rng`. With ``hold_all`` the
     members that did not copy are shifted to ``hold`` too (``--amount profile``: the next round's target).
     The inputs are not modified.
 
@@ -482,7 +502,7 @@ def exploit(prob: np.ndarray, mag: np.ndarray, scores: Sequence[float], seed: in
     for loser, donor in copies:
         parents[loser] = donor
         new_prob[loser], new_mag[loser] = explore(prob[donor], mag[donor], rng, resample_prob=resample_prob,
-                                                  max_shift=max_shift, hold=hold, anchor=anchor)
+                                                  max_shift=max_shift, hold=hold, anchor=anchor, vary=vary)
     if hold_all and hold is not None:
         losers = {loser for loser, _ in copies}
         for m in (m for m in range(len(scores)) if m not in losers):

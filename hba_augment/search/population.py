@@ -21,7 +21,8 @@ The algorithm:
    and optimiser state of a random member of the top 25% and an explored copy of its policy (with
    ``amount="held"`` shifted back to the start's amount of augmentation, :func:`~hba_augment.search.pbt.hold_amount`,
    so that selection chooses the mix only; with ``resample="prior"`` a resampled value returns to the start's,
-   :func:`~hba_augment.search.pbt.resample_anchor`, so that the walk does not forget the start). The others go
+   :func:`~hba_augment.search.pbt.resample_anchor`, so that the walk does not forget the start; with
+   ``vary="magnitudes"`` only the magnitudes are explored). The others go
    on unchanged, except that with ``amount="profile"`` every member is shifted to the next round's target, the
    ``amount_profile`` schedule's amount at that round's first epoch (:func:`~hba_augment.search.pbt.amount_targets`).
 3. After the last round, the schedule is the lineage of the best member
@@ -97,7 +98,7 @@ _RESUME_FREE = frozenset({"data_dir", "name", "device", "compile", "population_p
 # is not resume-free: a fused process's members share one augmentation stream, which each member's state file
 # holds, so members resumed apart would draw alike.)
 _ADDED_FIELDS = {"member_start": "explored", "score_ema": None, "amount": "free", "resample": "uniform",
-                 "population_fuse": False, "amount_profile": None}
+                 "population_fuse": False, "amount_profile": None, "vary": "all"}
 
 
 @dataclass
@@ -137,6 +138,9 @@ class PopulationConfig:
         resample: one of :data:`~hba_augment.search.pbt.RESAMPLES`: ``"uniform"`` (PBA: a resampled value is a
             uniform draw over its range) or ``"prior"`` (it returns to the ``init`` policy's value;
             :func:`~hba_augment.search.pbt.resample_anchor`).
+        vary: one of :data:`~hba_augment.search.pbt.VARIES`: ``"all"`` (PBA: explore varies every value) or
+            ``"magnitudes"`` (the probabilities stay the ``init`` policy's, shifted to the held amount if any,
+            and selection chooses the magnitudes only).
 
     The search's ``cuda_graphs`` (:class:`~hba_augment.search.config.SearchConfig`) replays each member's full
     training batches from a captured CUDA graph (:mod:`~hba_augment.search._member`); elsewhere the same
@@ -157,6 +161,7 @@ class PopulationConfig:
     amount: str = "free"
     amount_profile: str | None = None
     resample: str = "uniform"
+    vary: str = "all"
 
     @property
     def every(self) -> int:
@@ -204,7 +209,7 @@ class PopulationConfig:
                              f"{self.search.objective!r} in its SearchConfig (leave it at 'hypernetwork')")
         pbt.check_settings(resample_prob=self.resample_prob, max_shift=self.max_shift, quantile=self.quantile,
                            member_start=self.member_start, score_ema=self.score_ema, amount=self.amount,
-                           resample=self.resample)
+                           resample=self.resample, vary=self.vary)
         if self.amount == "profile":
             if self.amount_profile is None:
                 raise ValueError(f"{_cli_common.option('amount', 'profile')} needs "
@@ -397,7 +402,7 @@ def _round_0(config: PopulationConfig, init: _Init) -> _History:
     prob, mag = pbt.start_policies(init.prior.prob, init.prior.mag, config.population, config.search.seed,
                                    member_start=config.member_start, resample_prob=config.resample_prob,
                                    max_shift=config.max_shift, hold=init.hold(0), anchor=init.anchor,
-                                   hold_all=config.amount == "profile")
+                                   hold_all=config.amount == "profile", vary=config.vary)
     return _History(plan_parents=list(range(config.population)), plan_prob=prob, plan_mag=mag)
 
 
@@ -431,7 +436,7 @@ def _exploit(config: PopulationConfig, init: _Init, history: _History, scores: l
     history.plan_parents, history.plan_prob, history.plan_mag, copies = pbt.exploit(
         history.plan_prob, history.plan_mag, scores, config.search.seed, r, quantile=config.quantile,
         resample_prob=config.resample_prob, max_shift=config.max_shift, hold=init.hold(r + 1), anchor=init.anchor,
-        hold_all=config.amount == "profile")
+        hold_all=config.amount == "profile", vary=config.vary)
     return copies
 
 
@@ -512,6 +517,7 @@ def _provenance(config: PopulationConfig, init: _Init, history: _History, train:
         # What each round was held to, so that a replay (benchmarks/pbt_null.py) needs no profile file.
         **({} if config.amount != "profile" else {"amount_targets": [list(t) for t in init.holds]}),
         "resample": config.resample,
+        "vary": config.vary,
         "amp": cfg.amp,
         "channels_last": cfg.channels_last,
         "baseline": {"flip": cfg.flip, "crop_padding": cfg.crop_padding, "cutout": cfg.cutout},
