@@ -34,6 +34,10 @@
   entries): its trend kept, its jitter from one entry to the next (PBA's explore steps) smoothed away. On
   the CPU proxy PBA's schedule in a random order trained 1.5 points worse than in its own order and 1.2
   worse than its time average held: is the jitter of a searched schedule costing it too?
+- ``averaged`` (``--average SCHEDULE ...``): the entrywise mean of the learned schedule and others of its
+  length (say, other seeds of its search): their independent walks cancel, what their selections share stays.
+  Does a consensus of search seeds train better than each? Magnitudes are averaged unweighted, so searches
+  that followed one amount profile average to that profile exactly.
 - ``amount`` (``--match-amount REFERENCE``): the learned schedule with, at every entry, its
   probabilities scaled so that an image receives as many ops as under the reference's entry (the expected
   number applied), and every magnitude's distance from its op's identity scaled so that the
@@ -422,6 +426,38 @@ def smoothed_schedule(learned: Schedule, window: float) -> Schedule:
                                 "note": "a comparison control for benchmarks; never shipped"})
 
 
+def averaged_schedule(schedules: list[Schedule]) -> Schedule:
+    """The entrywise mean of several schedules of one length (say, searches of one setting from different
+    seeds): each entry's probabilities and magnitudes the plain mean of theirs.
+
+    Two searches' independent walks cancel in the mean and what their selections share stays, so the mean asks
+    whether a consensus of search seeds trains better than either seed. Magnitudes are averaged unweighted (not
+    by probability, as :func:`smoothed_schedule` does), so that the mean's amount (``pbt.amount``: mean
+    probability, mean magnitude fraction, both linear) is the mean of theirs at every entry: searches that
+    followed one ``--amount profile`` average to that profile exactly, and the mean differs from them in its
+    mix only. The mean also spreads the ops more evenly than either schedule; the same mean of their twins
+    (noise for scores) is the control for that.
+
+    Raises:
+        ValueError: fewer than two schedules, or schedules of different lengths or ``count_probs`` (named).
+    """
+    if not isinstance(schedules, (list, tuple)) or len(schedules) < 2:
+        raise ValueError(f"an average takes at least two schedules, got {schedules!r}")
+    first = schedules[0]
+    for other in schedules[1:]:
+        if other.epochs != first.epochs:
+            raise ValueError(f"schedules to average must have one length: {first.name} has {first.epochs} entries, "
+                             f"{other.name} {other.epochs}")
+        if other.count_probs != first.count_probs:
+            raise ValueError(f"schedules to average must share count_probs: {first.name} has {first.count_probs}, "
+                             f"{other.name} {other.count_probs}")
+    names = [s.name for s in schedules]
+    return Schedule(np.mean([s.prob for s in schedules], axis=0), np.mean([s.mag for s in schedules], axis=0),
+                    name=f"{first.name}-avg{len(schedules)}", count_probs=first.count_probs,
+                    provenance={"control": f"the entrywise mean of {', '.join(names)} (magnitudes unweighted)",
+                                "averaged": names, "note": "a comparison control for benchmarks; never shipped"})
+
+
 def mean_strength(schedule: Schedule) -> np.ndarray:
     """Per entry, the slots' mean strength weighted by their probabilities (NaN where no magnitude slot may
     fire): a magnitude's strength is its distance from the op's identity as a fraction of the farthest its
@@ -508,6 +544,8 @@ def main(argv: list[str] | None = None) -> int:
                    "or -mag, as the schedules' do)")
     p.add_argument("--smooth", type=float, help="also write smoothed.json: the learned schedule averaged over a "
                    "centred moving window of this fraction of its entries")
+    p.add_argument("--average", nargs="+", metavar="SCHEDULE", help="also write averaged.json: the entrywise mean "
+                   "of the learned schedule and these (JSON paths) of its length")
     p.add_argument("--match-amount", metavar="REFERENCE", help="also write amount.json: the learned schedule's ops "
                    "with the reference schedule's (JSON path) amount of augmentation at every entry")
     p.add_argument("--profile", type=int, metavar="N",
@@ -517,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ops", action="store_true",
                    help="with --profile: also print each op's share of the ops applied (op_shares), mean over each part")
     p.add_argument("--out", help="folder for pba.json, initial.json, last.json, mean.json, shuffled.json "
-                   "(and delayed.json, ramped.json, strength.json, smoothed.json, amount.json, reversed.json, "
+                   "(and delayed.json, ramped.json, strength.json, smoothed.json, averaged.json, amount.json, reversed.json, "
                    "time-shuffled.json)")
     args = p.parse_args(argv)
     from hba_augment import pretrained
@@ -546,6 +584,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None:
         p.error("--out is required (unless --profile)")
     reference = Schedule.load(args.match_amount) if args.match_amount else None
+    averaged = [Schedule.load(path) for path in args.average or ()]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     shuffled, perm = shuffled_schedule(learned, args.seed)
@@ -559,6 +598,7 @@ def main(argv: list[str] | None = None) -> int:
                              if args.strength_ramp is not None else ()),
                            *((("smoothed", smoothed_schedule(learned, args.smooth)),) if args.smooth is not None
                              else ()),
+                           *((("averaged", averaged_schedule([learned, *averaged])),) if averaged else ()),
                            *((("amount", amount_matched_schedule(learned, reference)),)
                              if reference is not None else ()),
                            *(((f"reversed{part}", reordered_schedule(learned, "reversed", part=args.reorder_part)),

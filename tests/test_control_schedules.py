@@ -258,6 +258,65 @@ def test_smoothed_control_averages_a_centred_window_and_keeps_a_constant_schedul
         cs.smoothed_schedule(Schedule(prob[:1], mag[:1], name="one"), 0.5)
 
 
+def _random_schedule(rng: np.random.Generator, epochs: int, name: str) -> Schedule:
+    low = np.array([o.low if o.has_magnitude else np.nan for o in OPS])
+    high = np.array([o.high if o.has_magnitude else np.nan for o in OPS])
+    mag = low + rng.random((epochs, 2, NUM_OPS)) * (high - low)
+    return Schedule(rng.random((epochs, 2, NUM_OPS)), mag, name=name)
+
+
+def test_averaged_control_is_the_entrywise_mean_and_keeps_a_shared_amount_profile(cs):
+    from hba_augment.search import pbt
+
+    rng = np.random.default_rng(0)
+    targets = [(0.1, 0.2), (0.3, 0.5), (0.6, 0.4)]
+    # Two searches that followed one profile: different mixes, the same amount at every entry.
+    sides = []
+    for name in ("a", "b"):
+        raw = _random_schedule(rng, 3, name)
+        held = [pbt.hold_amount(raw.prob[e], raw.mag[e], targets[e]) for e in range(3)]
+        sides.append(Schedule(np.stack([h[0] for h in held]), np.stack([h[1] for h in held]), name=name))
+    mean = cs.averaged_schedule(sides)
+    assert mean.name == "a-avg2" and mean.epochs == 3 and mean.provenance["averaged"] == ["a", "b"]
+    np.testing.assert_allclose(mean.prob, (sides[0].prob + sides[1].prob) / 2)
+    has = np.array([o.has_magnitude for o in OPS])
+    np.testing.assert_allclose(mean.mag[:, :, has], (sides[0].mag[:, :, has] + sides[1].mag[:, :, has]) / 2)
+    assert np.isnan(mean.mag[:, :, ~has]).all()
+    for e, target in enumerate(targets):  # the profile is kept: only the mix differs
+        np.testing.assert_allclose(pbt.amount(mean.prob[e], mean.mag[e]), target, atol=1e-9)
+    # Its ops spread at least as evenly as the less even side's (the mean of mixes flattens them).
+    assert np.all(cs.op_spread(mean) >= np.minimum(cs.op_spread(sides[0]), cs.op_spread(sides[1])) - 1e-12)
+
+
+def test_averaged_control_refuses_one_schedule_and_mismatched_ones(cs):
+    rng = np.random.default_rng(1)
+    a, longer = _random_schedule(rng, 3, "a"), _random_schedule(rng, 4, "longer")
+    with pytest.raises(ValueError, match="at least two schedules"):
+        cs.averaged_schedule([a])
+    with pytest.raises(ValueError, match="longer 4"):
+        cs.averaged_schedule([a, longer])
+    other = Schedule(a.prob, a.mag, name="k1", count_probs=[0.0, 1.0])
+    with pytest.raises(ValueError, match="count_probs"):
+        cs.averaged_schedule([a, other])
+
+
+@pytest.mark.skipif(not _PBA_LOG.exists(), reason=f"PBA reference log not found at {_PBA_LOG}")
+def test_average_option_writes_the_mean_of_the_learned_schedule_and_the_others(cs, tmp_path):
+    rng = np.random.default_rng(2)
+    paths = []
+    for name in ("a", "b", "c"):
+        paths.append(tmp_path / f"{name}.json")
+        _random_schedule(rng, 5, name).save(paths[-1])
+    out = tmp_path / "out"
+    assert cs.main(["--learned", str(paths[0]), "--average", str(paths[1]), str(paths[2]), "--out", str(out)]) == 0
+    written = Schedule.load(out / "averaged.json")
+    expected = np.mean([Schedule.load(p).prob for p in paths], axis=0)
+    assert written.name == "a-avg3"
+    np.testing.assert_allclose(written.prob, expected, rtol=1e-5)  # the file keeps 6 significant digits
+    assert cs.main(["--learned", str(paths[0]), "--out", str(tmp_path / "plain")]) == 0
+    assert not (tmp_path / "plain" / "averaged.json").exists()
+
+
 def test_mean_strength_weighs_each_slot_s_distance_from_identity_by_its_probability(cs):
     from hba_augment.functional import OPS
 
