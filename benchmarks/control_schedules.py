@@ -35,7 +35,8 @@
   the CPU proxy PBA's schedule in a random order trained 1.5 points worse than in its own order and 1.2
   worse than its time average held: is the jitter of a searched schedule costing it too?
 - ``averaged`` (``--average SCHEDULE ...``): the entrywise mean of the learned schedule and others of its
-  length (say, other seeds of its search): their independent walks cancel, what their selections share stays.
+  length (say, other seeds of its search): what their selections share stays, their independent walks partly
+  cancel.
   Does a consensus of search seeds train better than each? Magnitudes are averaged unweighted, so searches
   that followed one amount profile average to that profile exactly.
 - ``amount`` (``--match-amount REFERENCE``): the learned schedule with, at every entry, its
@@ -430,19 +431,23 @@ def averaged_schedule(schedules: list[Schedule]) -> Schedule:
     """The entrywise mean of several schedules of one length (say, searches of one setting from different
     seeds): each entry's probabilities and magnitudes the plain mean of theirs.
 
-    Two searches' independent walks cancel in the mean and what their selections share stays, so the mean asks
-    whether a consensus of search seeds trains better than either seed. Magnitudes are averaged unweighted (not
+    What the searches' selections share stays in the mean, and their independent walks partly cancel (the mean
+    of two halves their variance), so the mean asks whether a consensus of search seeds trains better than
+    either seed. Magnitudes are averaged unweighted (not
     by probability, as :func:`smoothed_schedule` does), so that the mean's amount (``pbt.amount``: mean
     probability, mean magnitude fraction, both linear) is the mean of theirs at every entry: searches that
     followed one ``--amount profile`` average to that profile exactly, and the mean differs from them in its
-    mix only. The mean also spreads the ops more evenly than either schedule; the same mean of their twins
-    (noise for scores) is the control for that.
+    mix only. A mean of mixes also tends to spread the ops more evenly (entropy is concave), which may help
+    by itself; the same mean of their twins (noise for scores) is the control for that.
 
     Raises:
+        TypeError: ``schedules`` is not a list or tuple of :class:`Schedule`.
         ValueError: fewer than two schedules, or schedules of different lengths or ``count_probs`` (named).
     """
-    if not isinstance(schedules, (list, tuple)) or len(schedules) < 2:
-        raise ValueError(f"an average takes at least two schedules, got {schedules!r}")
+    if not isinstance(schedules, (list, tuple)) or not all(isinstance(s, Schedule) for s in schedules):
+        raise TypeError(f"schedules must be a list or tuple of Schedule, got {schedules!r}")
+    if len(schedules) < 2:
+        raise ValueError(f"an average takes at least two schedules, got {len(schedules)}")
     first = schedules[0]
     for other in schedules[1:]:
         if other.epochs != first.epochs:
