@@ -702,6 +702,12 @@ def agreement_report(folders: list[Path], replicates: int, seed: int) -> str:
     pairs = [[next(twins[i]) if profile[i] else null(cfg, start)
               for i, (cfg, start) in enumerate(zip(settings, starts, strict=True))] for _ in range(replicates)]
     what = {"ops' probabilities (15)": slice(0, NUM_OPS), "magnitudes (12)": slice(NUM_OPS, None)}
+    # A `--vary magnitudes` search never selects its ops' probabilities (every member holds the start's, at the
+    # round's amount), so they agree with nothing: their r would read 0 against a null of zeros, a p of 1
+    # that says nothing. Only the magnitudes are compared.
+    only_mags = [Path(f).name for f, cfg in zip(folders, settings, strict=True) if cfg["vary"] == "magnitudes"]
+    fixed = ({"ops' probabilities (15)": " and ".join(f"`{n}`" for n in only_mags)
+              + " selects magnitudes only (`--vary magnitudes`)"} if only_mags else {})
     if settings[0] == settings[1]:
         described = [f"- Settings of both: {_settings_text(settings[0])}."]
     else:
@@ -731,6 +737,9 @@ def agreement_report(folders: list[Path], replicates: int, seed: int) -> str:
                     for schedule, start, part, drift in zip(schedules, starts, parts, drifts, strict=True)]
         nulls = [side - drift for side, drift in zip(sides, drifts, strict=True)]
         for name, sel in what.items():
+            if name in fixed:
+                lines.append(f"| {part_name} | {name} | - | not defined: {fixed[name]} | - |")
+                continue
             r = corr(searched[0][sel], searched[1][sel])
             null_r = np.array([corr(a[sel], b[sel]) for a, b in zip(*nulls, strict=True)])
             lines.append(f"| {part_name} | {name} | {r:+.3f} | {_band(null_r)} | {(null_r >= r).mean():.3f} |")
@@ -764,6 +773,12 @@ def pushes_report(folders: list[Path], replicates: int, seed: int) -> str:
     if len(folders) < 2:
         raise ValueError(f"--pushes takes at least two search folders, got {len(folders)}")
     schedules = [Schedule.load(Path(f) / "schedule.json") for f in folders]
+    for f, schedule in zip(folders, schedules, strict=True):
+        # Its probabilities are its twins' exactly, so no twin lies below it on any op: it would read as a push
+        # down on every op, which it never made.
+        if _null_settings(schedule.provenance)["vary"] == "magnitudes":
+            raise ValueError(f"--pushes places ops' probabilities, which {f} does not select (it varies "
+                             "magnitudes only, --vary magnitudes)")
     below, share_below, twin_mean, searched = [], [], [], []
     for schedule in schedules:
         twins = twin_op_means(schedule.provenance, replicates, seed)

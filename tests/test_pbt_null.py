@@ -266,14 +266,14 @@ def test_searches_of_other_settings_compare_against_nulls_of_their_own(tmp_path)
     assert all(float(row[2]) > 0.8 and float(row[-1]) < 0.01 for row in rows), rows
 
 
-def _noise_profile_search(folder: Path, seed: int, push: float = 0.0) -> None:
+def _noise_profile_search(folder: Path, seed: int, push: float = 0.0, vary: str = "all") -> None:
     """A 24-epoch ``--amount profile`` search of ``seed`` whose scores were noise, written to ``folder``: the
     provenance such a search records (its targets a ramp) and :func:`pbt_null.replay`'s schedule. ``push``
     then moves ShearX, ShearY and TranslateX up and Color, Brightness and Sharpness down by that much, a
-    preference that two such searches share."""
+    preference that two such searches share. ``vary`` is the search's ``--vary``."""
     rounds = len(pbt.round_starts(24, 2))
     prov = {"objective": "population", "seed": seed, "init": "paper", "population": 4, "search_epochs": 24,
-            "exploit_every": 2, "member_start": "explored", "amount": "profile", "resample": "uniform",
+            "exploit_every": 2, "member_start": "explored", "amount": "profile", "resample": "uniform", "vary": vary,
             "amount_targets": [[float(a), float(a)] for a in np.linspace(0.05, 0.5, rounds)],
             "explore": {"resample_prob": pbt.EXPLORE_RESAMPLE_PROB, "max_shift": pbt.EXPLORE_MAX_SHIFT}}
     prob, mag, _ = pbt_null.replay(prov, np.random.default_rng(100 + seed).random((rounds, 4)))
@@ -304,6 +304,22 @@ def test_profile_searches_are_compared_against_their_twins(tmp_path):
     assert len(drift) == 2 * len(pbt.RESAMPLES)
     assert sum("twins of seed 3" in line for line in drift) == sum("twins of seed 4" in line for line in drift) == 2
     assert all(0.0 <= float(line.strip("|").split(" | ")[2]) <= 1.0 for line in drift)
+
+
+def test_a_magnitudes_only_search_is_compared_on_its_magnitudes_alone(tmp_path):
+    """``--vary magnitudes`` keeps every op's probability at the start's, so ``--agree`` reads no agreement on
+    probabilities into it (its r would be 0 against a null of zeros, p 1) and ``--pushes``, which places
+    probabilities among twins, refuses it, where it would read as a push down on every op."""
+    _noise_profile_search(tmp_path / "mags3", 3, vary="magnitudes")
+    _noise_profile_search(tmp_path / "all4", 4)
+    rows = _agreement_rows(pbt_null.agreement_report([tmp_path / "mags3", tmp_path / "all4"], 50, 0))
+    probs = [row for row in rows if row[1] == "ops' probabilities (15)"]
+    mags = [row for row in rows if row[1] == "magnitudes (12)"]
+    assert len(probs) == len(mags) == 2
+    assert all(row[2] == "-" and "`mags3` selects magnitudes only" in row[3] for row in probs), probs
+    assert all(-1.0 <= float(row[2]) <= 1.0 and 0.0 <= float(row[-1]) <= 1.0 for row in mags), mags
+    with pytest.raises(ValueError, match="mags3 does not select"):
+        pbt_null.pushes_report([tmp_path / "mags3", tmp_path / "all4"], 10, 0)
 
 
 def test_agreement_takes_two_folders(tmp_path):
