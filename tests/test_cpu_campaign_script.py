@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash
 
 
 def _dry(*args: str, **layout: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("JOBS", "THREADS")}
+    env = {k: v for k, v in os.environ.items() if k not in ("JOBS", "THREADS", "TIMEOUT", "MIN_RUN_SECONDS")}
     env.update(DRY_RUN="1", PYTHON="py", **layout)
     return subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60)
 
@@ -107,6 +107,25 @@ def test_jobs_and_threads_set_the_layout_of_both_commands():
     _, train, quality, *_ = _commands("run", JOBS="2", THREADS="1")
     for argv in (train, quality):
         assert _option(argv, "--jobs") == "2" and _option(argv, "--threads") == "1"
+
+
+@pytest.mark.parametrize(("limits", "expected"), [
+    ({}, None),
+    ({"TIMEOUT": "9000"}, ("9000", "4500")),
+    ({"TIMEOUT": "9000", "MIN_RUN_SECONDS": "3000"}, ("9000", "3000")),
+])
+def test_a_timeout_bounds_the_training_and_not_the_report(limits, expected):
+    """TIMEOUT lets a session start `run` with the time it has left: the training gets policy_quality.py's
+    --timeout and --min-run-seconds (so no run starts that could not finish); the report, which trains
+    nothing, gets neither, and everything else is as without it."""
+    _, train, *report = _commands("run", **limits)
+    _, plain, *_ = _commands("run")
+    if expected is None:
+        assert "--timeout" not in train and "--min-run-seconds" not in train
+    else:
+        assert (_option(train, "--timeout"), _option(train, "--min-run-seconds")) == expected
+    assert _without(train, "--timeout", "--min-run-seconds") == plain
+    assert report == _commands("report")
 
 
 def test_labels_and_schedules_are_the_gpu_tables():

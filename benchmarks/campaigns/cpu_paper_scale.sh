@@ -16,8 +16,11 @@
 # alone, each amount cell against the pair and the two main effects (`paired.py --contrast`,
 # `amount_2x2.md`). Then commit `benchmarks/results/cpu_paper_scale/` (the records under `results/`, the
 # tables; `runs/` is ignored). `run` first refuses a CPU whose bfloat16 is slow (below). PYTHON names the interpreter (default: .venv/bin/python). JOBS and THREADS
-# (default 1 and 2) set the layout. DRY_RUN=1 prints the commands instead of running them
-# (tests/test_cpu_campaign_script.py).
+# (default 1 and 2) set the layout. TIMEOUT=SECONDS ends `run`'s training by then, so that a session can
+# start it with the time it has left: no run starts with less than MIN_RUN_SECONDS left (default 4500; one
+# run took 4,251-6,752 s on the Xeons), and one still going then is stopped, to resume from its checkpoint
+# in the same checkout (policy_quality.py --timeout, --min-run-seconds). DRY_RUN=1 prints the commands instead
+# of running them (tests/test_cpu_campaign_script.py).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -80,7 +83,13 @@ sys.exit(f'cpu_paper_scale.sh: a bfloat16 matrix product takes {s:.0f}x a float3
 case ${1:-} in
   run)
     check_bf16
-    do_run nice -n 5 "$python" "${quality[@]}" --seeds "$cell_seeds" --policies "$cells"
+    # A session's end kills a run and loses it, unless the next session has this checkout; a run not started
+    # costs nothing.
+    limits=()
+    if [[ -n ${TIMEOUT:-} ]]; then
+      limits=(--timeout "$TIMEOUT" --min-run-seconds "${MIN_RUN_SECONDS:-4500}")
+    fi
+    do_run nice -n 5 "$python" "${quality[@]}" "${limits[@]}" --seeds "$cell_seeds" --policies "$cells"
     report
     ;;
   report)
