@@ -701,13 +701,12 @@ def agreement_report(folders: list[Path], replicates: int, seed: int) -> str:
              for i, (s, held) in enumerate(zip(schedules, profile, strict=True))]
     pairs = [[next(twins[i]) if profile[i] else null(cfg, start)
               for i, (cfg, start) in enumerate(zip(settings, starts, strict=True))] for _ in range(replicates)]
-    what = {"ops' probabilities (15)": slice(0, NUM_OPS), "magnitudes (12)": slice(NUM_OPS, None)}
+    probs = "ops' probabilities (15)"
+    what = {probs: slice(0, NUM_OPS), "magnitudes (12)": slice(NUM_OPS, None)}
     # A `--vary magnitudes` search never selects its ops' probabilities (every member holds the start's, at the
     # round's amount), so they agree with nothing: their r would read 0 against a null of zeros, a p of 1
     # that says nothing. Only the magnitudes are compared.
-    only_mags = [Path(f).name for f, cfg in zip(folders, settings, strict=True) if cfg["vary"] == "magnitudes"]
-    fixed = ({"ops' probabilities (15)": " and ".join(f"`{n}`" for n in only_mags)
-              + " selects magnitudes only (`--vary magnitudes`)"} if only_mags else {})
+    only_mags = [f"`{Path(f).name}`" for f, cfg in zip(folders, settings, strict=True) if cfg["vary"] == "magnitudes"]
     if settings[0] == settings[1]:
         described = [f"- Settings of both: {_settings_text(settings[0])}."]
     else:
@@ -737,8 +736,9 @@ def agreement_report(folders: list[Path], replicates: int, seed: int) -> str:
                     for schedule, start, part, drift in zip(schedules, starts, parts, drifts, strict=True)]
         nulls = [side - drift for side, drift in zip(sides, drifts, strict=True)]
         for name, sel in what.items():
-            if name in fixed:
-                lines.append(f"| {part_name} | {name} | - | not defined: {fixed[name]} | - |")
+            if name == probs and only_mags:
+                lines.append(f"| {part_name} | {name} | - | not defined: {' and '.join(only_mags)} selects "
+                             "magnitudes only (`--vary magnitudes`) | - |")
                 continue
             r = corr(searched[0][sel], searched[1][sel])
             null_r = np.array([corr(a[sel], b[sel]) for a, b in zip(*nulls, strict=True)])
