@@ -53,37 +53,63 @@ def _without(argv: list[str], *options: str) -> list[str]:
     return out
 
 
+def _trainings(**layout: str) -> tuple[list[str], list[list[str]], list[list[str]]]:
+    """`run`'s commands: the bfloat16 check, the trainings (one per stage, in order) and the report."""
+    check, *rest = _commands("run", **layout)
+    trains = [argv for argv in rest if argv[:1] == ["nice"]]
+    assert rest[:len(trains)] == trains  # every training before the report
+    return check, trains, rest[len(trains):]
+
+
 def test_report_rebuilds_what_run_trains():
-    check, train, *after = _commands("run")
+    check, trains, after = _trainings()
     assert check[:2] == ["py", "-c"] and "cpu_bf16_slowdown" in check[2]  # first: is --amp fast on this CPU?
     report = _commands("report")
-    quality, with_gpu, cpu_only = report
+    quality, with_gpu, cpu_only, pba_amount = report
     assert after == report  # a finished `run` writes the tables
-    assert train[:3] == ["nice", "-n", "5"] and train[3] == "py"
-    assert "--report-only" in quality and "--report-only" not in train
-    # Everything but the seeds, the policies and --report-only is the same, so the records of `run` are the
-    # table's.
-    assert _without(quality[1:], "--report-only", "--seeds", "--policies") == _without(train[4:], "--seeds", "--policies")
-    assert set(_option(train, "--seeds").split(",")) <= set(_option(quality, "--seeds").split(","))
-    trained, reported = _policies(train), _policies(quality)
+    assert "--report-only" in quality
+    trained: dict[str, str] = {}
+    for train in trains:
+        assert train[:3] == ["nice", "-n", "5"] and train[3] == "py"
+        assert "--report-only" not in train
+        # Everything but the seeds, the policies and --report-only is the same, so the records of `run` are
+        # the table's.
+        assert (_without(quality[1:], "--report-only", "--seeds", "--policies")
+                == _without(train[4:], "--seeds", "--policies"))
+        assert set(_option(train, "--seeds").split(",")) <= set(_option(quality, "--seeds").split(","))
+        assert "--extra=--amp" in train
+        # One run at a time on both cores (RESULTS.md, "Seeds 4 and 5").
+        assert _option(train, "--jobs") == "1" and _option(train, "--threads") == "2"
+        assert _option(train, "--model") == "wrn-40-2" and _option(train, "--epochs") == "200"
+        trained |= _policies(train)
+    reported = _policies(quality)
     assert trained.items() <= reported.items()
-    assert set(reported) - set(trained) == {"trivialaugment", "pba", "population-paper4", "null-population-paper4"}
-    assert "--extra=--amp" in train
-    # One run at a time on both cores (RESULTS.md, "Seeds 4 and 5").
-    assert _option(train, "--jobs") == "1" and _option(train, "--threads") == "2"
-    assert _option(train, "--model") == "wrn-40-2" and _option(train, "--epochs") == "200"
-    # paired.py compares the reported policies, the CPU's table a block beside the GPU's, and the 2x2 on the
-    # CPU's table alone.
-    assert with_gpu[1] == cpu_only[1] == "benchmarks/paired.py"
+    assert set(reported) - set(trained) == {"trivialaugment", "population-paper4", "null-population-paper4"}
+    # paired.py compares the reported policies, the CPU's table a block beside the GPU's, and the 2x2 and the
+    # PBA-amount cell on the CPU's table alone.
+    assert with_gpu[1] == cpu_only[1] == pba_amount[1] == "benchmarks/paired.py"
     assert _option(with_gpu, "--block") == "benchmarks/results/cpu_paper_scale/policy_quality.json"
-    assert cpu_only[2] == "benchmarks/results/cpu_paper_scale/policy_quality.json"
-    for argv in (with_gpu, cpu_only):
+    assert cpu_only[2] == pba_amount[2] == "benchmarks/results/cpu_paper_scale/policy_quality.json"
+    for argv in (with_gpu, cpu_only, pba_amount):
         names = argv[3:next(i for i, a in enumerate(argv) if a.startswith("--"))]
         assert set(names) <= set(reported)
 
 
+def test_the_cells_train_before_the_pba_amount_stage():
+    """The 2x2's cells keep the CPU until their three seeds are done (their rule reads three a cell); then
+    the search's ops under PBA's amount train beside PBA's schedule, which the report compares them with."""
+    _, (cells, pba_stage), _ = _trainings()
+    assert set(_policies(cells)) == {"null-population-paper4-amount-of-population-paper4",
+                                     "population-paper4-amount-of-null-population-paper4"}
+    assert set(_policies(pba_stage)) == {"pba", "population-paper4-amount-of-pba"}
+    assert _option(cells, "--seeds") == _option(pba_stage, "--seeds") == "0,1,2"
+    *_, pba_amount = _commands("report")
+    assert pba_amount[3:5] == ["population-paper4-amount-of-pba", "pba"]
+    assert _option(pba_amount, "--out") == "benchmarks/results/cpu_paper_scale/pba_amount.md"
+
+
 def test_the_contrasts_are_the_2x2s_main_effects():
-    *_, cpu_only = _commands("report")
+    _, _, cpu_only, _ = _commands("report")
     # (ops, amount) of each cell: the pair's two schedules and the two with the other's amount.
     cells = {"population-paper4": ("search", "search"), "null-population-paper4": ("null", "null"),
              "null-population-paper4-amount-of-population-paper4": ("null", "search"),
@@ -103,9 +129,9 @@ def test_the_contrasts_are_the_2x2s_main_effects():
     assert sorted(factors) == [0, 1]  # the mix's main effect and the amount's
 
 
-def test_jobs_and_threads_set_the_layout_of_both_commands():
-    _, train, quality, *_ = _commands("run", JOBS="2", THREADS="1")
-    for argv in (train, quality):
+def test_jobs_and_threads_set_the_layout_of_every_command():
+    _, trains, (quality, *_) = _trainings(JOBS="2", THREADS="1")
+    for argv in (*trains, quality):
         assert _option(argv, "--jobs") == "2" and _option(argv, "--threads") == "1"
 
 
@@ -118,18 +144,22 @@ def test_a_timeout_bounds_the_training_and_not_the_report(limits, expected):
     """TIMEOUT lets a session start `run` with the time it has left: the training gets policy_quality.py's
     --timeout and --min-run-seconds (so no run starts that could not finish); the report, which trains
     nothing, gets neither, and everything else is as without it."""
-    _, train, *report = _commands("run", **limits)
-    _, plain, *_ = _commands("run")
-    if expected is None:
-        assert "--timeout" not in train and "--min-run-seconds" not in train
-    else:
-        assert (_option(train, "--timeout"), _option(train, "--min-run-seconds")) == expected
-    assert _without(train, "--timeout", "--min-run-seconds") == plain
+    _, trains, report = _trainings(**limits)
+    _, plain, _ = _trainings()
+    for train, alone in zip(trains, plain, strict=True):
+        if expected is None:
+            assert "--timeout" not in train and "--min-run-seconds" not in train
+        else:
+            # Each stage gets what is left of it; a dry run takes well under the second it could lose.
+            timeout, least = expected
+            assert int(timeout) - 1 <= int(_option(train, "--timeout")) <= int(timeout)
+            assert _option(train, "--min-run-seconds") == least
+        assert _without(train, "--timeout", "--min-run-seconds") == alone
     assert report == _commands("report")
 
 
 def test_labels_and_schedules_are_the_gpu_tables():
-    quality, with_gpu, _ = _commands("report")
+    quality, with_gpu, *_ = _commands("report")
     gpu_policies = {row["policy"] for row in json.loads((ROOT / with_gpu[2]).read_text())["rows"]}
     compared = set(with_gpu[3:with_gpu.index("--block")])
     for label, spec in _policies(quality).items():

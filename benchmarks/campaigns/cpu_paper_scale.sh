@@ -7,14 +7,17 @@
 #
 # `run` trains what the campaign asks now: the 2x2's two amount cells (`null-population-paper4`'s ops with
 # `population-paper4`'s amount, and the reverse; RESULTS.md, "Seeds 4 and 5: the search beats its null"), seeds
-# 0-2, a seed of each at a time, one run at a time on both cores. The pair itself (`population-paper4` and its
+# 0-2, a seed of each at a time, one run at a time on both cores; then `population-paper4`'s ops with PBA's
+# schedule's amount over time and PBA's schedule itself, seeds 0-2 (RESULTS.md, "The 2x2's seed 1": does the
+# search's mix beat PBA's under PBA's amount?). The pair itself (`population-paper4` and its
 # null, seeds 0-5) was decided at its sixth look and is not trained further. Finished runs are reused from
 # their records; an unfinished one resumes from its checkpoint (in the same checkout). When `run` finishes it
 # runs `report`. A session's end kills it, and then `report` rebuilds the tables from the records
 # (`--report-only`, no training): the table of every policy the CPU has trained; the comparisons with the
 # GPU's runs, each machine a block (`paired.py --block`, `paired_with_gpu.md`); and the 2x2 on the CPU
 # alone, each amount cell against the pair and the two main effects (`paired.py --contrast`,
-# `amount_2x2.md`). Then commit `benchmarks/results/cpu_paper_scale/` (the records under `results/`, the
+# `amount_2x2.md`); and the PBA-amount cell against PBA's schedule, the search and TrivialAugment
+# (`pba_amount.md`). Then commit `benchmarks/results/cpu_paper_scale/` (the records under `results/`, the
 # tables; `runs/` is ignored). `run` first refuses a CPU whose bfloat16 is slow (below). PYTHON names the interpreter (default: .venv/bin/python). JOBS and THREADS
 # (default 1 and 2) set the layout. TIMEOUT=SECONDS ends `run`'s training by then, so that a session can
 # start it with the time it has left: no run starts with less than MIN_RUN_SECONDS left (default 4500; one
@@ -37,7 +40,11 @@ null_amount=$search-amount-of-$null      # the search's ops with the null's amou
 pair="$search=hba:$schedules/searches/$search/schedule.json,$null=hba:$schedules/schedules/$null.json"
 cells="$search_amount=hba:$schedules/schedules/$search_amount.json"
 cells+=",$null_amount=hba:$schedules/schedules/$null_amount.json"
-references="trivialaugment,pba=hba:$schedules/schedules/pba.json"
+pba="pba=hba:$schedules/schedules/pba.json"
+references="trivialaugment,$pba"
+pba_amount=$search-amount-of-pba         # the search's ops with PBA's schedule's amount
+pba_cell="$pba_amount=hba:$schedules/schedules/$pba_amount.json"
+pba_stage="$pba,$pba_cell"
 # Every run of the campaign: WRN-40-2, 200 epochs, 4,000 images, bfloat16 autocast (`--amp`; RESULTS.md,
 # "Paper scale on the CPU"). The layout: one run at a time on both cores by default. Two side by side were
 # never slower in total (RESULTS.md, "Two runs side by side again"), but on the Xeon a pair of them outlasts a
@@ -63,13 +70,15 @@ do_run() {
 }
 
 report() {
-  do_run "$python" "${quality[@]}" --seeds "$all_seeds" --policies "$references,$pair,$cells" --report-only
+  do_run "$python" "${quality[@]}" --seeds "$all_seeds" --policies "$references,$pair,$cells,$pba_cell" --report-only
   do_run "$python" benchmarks/paired.py "$gpu_table" $search $null $search trivialaugment $search pba \
     pba trivialaugment --block "$out/policy_quality.json" --out "$out/paired_with_gpu.md"
   do_run "$python" benchmarks/paired.py "$out/policy_quality.json" $search_amount $null $search_amount $search \
     $null_amount $search $null_amount $null \
     --contrast "$search+$search_amount=$null+$null_amount" --contrast "$search+$null_amount=$null+$search_amount" \
     --out "$out/amount_2x2.md"
+  do_run "$python" benchmarks/paired.py "$out/policy_quality.json" $pba_amount pba $pba_amount $search \
+    $pba_amount trivialaugment --out "$out/pba_amount.md"
 }
 
 # Every run trains with --amp; on a CPU without bfloat16 matrix instructions that is some 30x slower than
@@ -83,13 +92,18 @@ sys.exit(f'cpu_paper_scale.sh: a bfloat16 matrix product takes {s:.0f}x a float3
 case ${1:-} in
   run)
     check_bf16
-    # A session's end kills a run and loses it, unless the next session has this checkout; a run not started
-    # costs nothing.
-    limits=()
-    if [[ -n ${TIMEOUT:-} ]]; then
-      limits=(--timeout "$TIMEOUT" --min-run-seconds "${MIN_RUN_SECONDS:-4500}")
-    fi
-    do_run nice -n 5 "$python" "${quality[@]}" "${limits[@]}" --seeds "$cell_seeds" --policies "$cells"
+    # The cells first, all their seeds, then the PBA-amount stage; finished runs are reused, so each session
+    # starts where the last one's records end.
+    for stage in "$cells" "$pba_stage"; do
+      # A session's end kills a run and loses it, unless the next session has this checkout; a run not
+      # started costs nothing. Each stage gets what is left of TIMEOUT ($SECONDS: since the script started).
+      limits=()
+      if [[ -n ${TIMEOUT:-} ]]; then
+        left=$((TIMEOUT - SECONDS))
+        limits=(--timeout "$((left > 0 ? left : 0))" --min-run-seconds "${MIN_RUN_SECONDS:-4500}")
+      fi
+      do_run nice -n 5 "$python" "${quality[@]}" "${limits[@]}" --seeds "$cell_seeds" --policies "$stage"
+    done
     report
     ;;
   report)
