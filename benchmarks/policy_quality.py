@@ -128,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop a run that has not finished after this long (it stays unfinished: its checkpoint "
                    "resumes it next time) and go on with the others (default: no limit)")
     p.add_argument("--min-run-seconds", type=float, default=0.0, metavar="SECONDS",
-                   help="with --timeout: start no run with less time than this left (it could not finish)")
+                   help="with --timeout: start no run with less time than this left (it could not finish); "
+                   "finished runs are reused whatever is left")
     p.add_argument("--keep-going", action="store_true",
                    help="a run that fails does not stop the others; the exit status is 1 if any failed")
     p.add_argument("--report-only", action="store_true",
@@ -409,10 +410,11 @@ def main(argv: list[str] | None = None) -> int:
     deadline = None if args.timeout is None else bench_start + args.timeout
     done, failed = 0, 0
     # Up to --lanes seeds of one policy per process, the runs still to train grouped (finished ones are reused).
-    groups = []
+    groups, finished = [], []
     for policy in args.policies:
         own = [job for job in jobs if job[0] == policy]
         pending = [job for job in own if _reused(_run_key(job[4]), records_dir / f"{job[3].name}.json") is None]
+        finished += [job for job in own if job not in pending]
         groups += [[job] for job in own if job not in pending]
         groups += [pending[i:i + args.lanes] for i in range(0, len(pending), args.lanes)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
@@ -420,7 +422,8 @@ def main(argv: list[str] | None = None) -> int:
         def group_of(group: list[tuple[str, str, int, Path, list[str]]]) -> list[dict[str, Any] | Exception]:
             labels = [f"{pol} seed {seed}" for _, pol, seed, _, _ in group]
             left = None if deadline is None else deadline - time.perf_counter()
-            if left is not None and left <= max(args.min_run_seconds, 0.0):
+            # A finished run's record costs no time, so --timeout never keeps it out of the table.
+            if left is not None and left <= max(args.min_run_seconds, 0.0) and group[0] not in finished:
                 return [RunUnfinished(f"{label} not started: {max(left, 0):.0f} s of --timeout left") for label in labels]
             return _run_group([job[4] for job in group], [job[3] for job in group],
                               [records_dir / f"{job[3].name}.json" for job in group], env, labels, left, args.fuse)

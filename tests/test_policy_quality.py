@@ -51,3 +51,17 @@ def test_fuse_trains_a_process_s_seeds_fused_where_it_can(cifar_dir: Path, tmp_p
     assert records["cutout-seed1"]["result"]["config"]["fused_seeds"] == [0, 1]
     assert records["trivialaugment-seed1"]["result"]["config"]["fused_seeds"] is None
     assert all("--fuse" not in record["key"] for record in records.values())
+
+
+def test_a_timeout_starts_no_new_run_and_still_reports_the_finished_ones(cifar_dir: Path, tmp_path: Path):
+    """With too little of --timeout left for a run, a finished run's record is still reused (it costs no time)
+    and the table is written; only the run still to train is not started (the CPU campaign's TIMEOUT)."""
+    first = _run(cifar_dir, tmp_path, "--policies", "none", "--seeds", "0")
+    assert first.returncode == 0, first.stdout + first.stderr
+    again = _run(cifar_dir, tmp_path, "--policies", "none", "--seeds", "0,1", "--timeout", "60",
+                 "--min-run-seconds", "120")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "none seed 0: test error" in again.stdout and "(reused)" in again.stdout
+    assert "none seed 1 not started: 60 s of --timeout left" in again.stdout
+    assert not (tmp_path / "results" / "none-seed1.json").exists()
+    assert (tmp_path / "policy_quality.md").is_file()
