@@ -414,8 +414,9 @@ def main(argv: list[str] | None = None) -> int:
     for policy in args.policies:
         own = [job for job in jobs if job[0] == policy]
         pending = [job for job in own if _reused(_run_key(job[4]), records_dir / f"{job[3].name}.json") is None]
-        finished += [job for job in own if job not in pending]
-        groups += [[job] for job in own if job not in pending]
+        reused = [job for job in own if job not in pending]
+        finished += reused
+        groups += [[job] for job in reused]
         groups += [pending[i:i + args.lanes] for i in range(0, len(pending), args.lanes)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         # Each process gets what is left of --timeout when it starts, so that the whole invocation ends by then.

@@ -21,7 +21,7 @@
 # tables; `runs/` is ignored). `run` first refuses a CPU whose bfloat16 is slow (below). PYTHON names the interpreter (default: .venv/bin/python). JOBS and THREADS
 # (default 1 and 2) set the layout. TIMEOUT=SECONDS ends `run`'s training by then, so that a session can
 # start it with the time it has left: no run starts with less than MIN_RUN_SECONDS left (default 4500; one
-# run took 4,251-6,752 s on the Xeons), and one still going then is stopped, to resume from its checkpoint
+# run took 3,481-6,752 s on the Xeons), and one still going then is stopped, to resume from its checkpoint
 # in the same checkout (policy_quality.py --timeout, --min-run-seconds). DRY_RUN=1 prints the commands instead
 # of running them (tests/test_cpu_campaign_script.py).
 set -euo pipefail
