@@ -86,6 +86,8 @@ from hba_augment.search.priors import prior_policy
 
 REPO = Path(__file__).resolve().parents[1]
 PBA_DIR = REPO.parent / "shared" / "reference" / "pba"
+#: PBA's published Reduced CIFAR-10 schedule log, which every PBA control here is read from.
+PBA_LOG = PBA_DIR / "rcifar10_16_wrn.txt"
 #: PBA's op order (``augmentation_transforms_hp.HP_TRANSFORMS``).
 PBA_OPS = ("Rotate", "TranslateX", "TranslateY", "Brightness", "Color", "Invert", "Sharpness", "Posterize",
            "ShearX", "Solarize", "ShearY", "Equalize", "AutoContrast", "Cutout", "Contrast")
@@ -152,7 +154,7 @@ def parse_pba_log(path: Path, epochs: int) -> list[list[int]]:
     return schedule
 
 
-def pba_schedule(path: Path = PBA_DIR / "rcifar10_16_wrn.txt", epochs: int = 200) -> Schedule:
+def pba_schedule(path: Path = PBA_LOG, epochs: int = 200) -> Schedule:
     """PBA's published schedule as a :class:`Schedule` of ``epochs`` entries (magnitudes as in the table)."""
     policies = parse_pba_log(path, epochs)
     prob = np.zeros((epochs, 2, NUM_OPS))
@@ -533,7 +535,7 @@ def shuffled_schedule(learned: Schedule, seed: int = 0) -> tuple[Schedule, list[
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--learned", required=True, help="the learned schedule (shipped name or JSON path)")
-    p.add_argument("--pba-log", default=str(PBA_DIR / "rcifar10_16_wrn.txt"), help="PBA schedule log")
+    p.add_argument("--pba-log", default=str(PBA_LOG), help="PBA schedule log")
     p.add_argument("--pba-epochs", type=int, default=200, help="epochs of PBA's search (its log's length)")
     p.add_argument("--seed", type=int, default=0, help="seed of the shuffled control's permutation")
     p.add_argument("--delay", type=int, help="also write delayed.json: the learned schedule this many entries late")

@@ -212,7 +212,7 @@ class Campaign:
         """``schedules/start-<search>.json`` for every search, ``null-<search>.json`` for every population
         search but one with ``--amount profile`` (whose null is its twin), ``pba.json`` and ``pba-last.json``
         (each if missing)."""
-        from control_schedules import PBA_DIR, last_entry_schedule, pba_schedule
+        from control_schedules import PBA_LOG, last_entry_schedule, pba_schedule
         from pbt_null import null_schedule
 
         from hba_augment.search.cli import config_from_args, population_config_from_args
@@ -237,7 +237,7 @@ class Campaign:
                               amount=pop.amount, resample=pop.resample, vary=pop.vary).save(path)
         if not all((folder / f"{name}.json").exists() for name in PBA_CONTROLS):
 
-            pba = pba_schedule(PBA_DIR / "rcifar10_16_wrn.txt", 200)
+            pba = pba_schedule(PBA_LOG, 200)
             for name, schedule in (("pba", pba), ("pba-last", last_entry_schedule(pba))):
                 if not (folder / f"{name}.json").exists():
                     schedule.save(folder / f"{name}.json")

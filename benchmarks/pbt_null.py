@@ -69,7 +69,7 @@ from hba_augment.search import pbt
 from hba_augment.search.priors import prior_policy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from control_schedules import PBA_DIR, PBA_OPS, parse_pba_log
+from control_schedules import PBA_LOG, PBA_OPS, parse_pba_log
 
 #: PBA's Reduced CIFAR-10 search: 16 trials, 200 epochs, an exploit every 3 epochs.
 PBA_POPULATION, PBA_EPOCHS, PBA_EVERY = 16, 200, 3
@@ -80,7 +80,7 @@ RAMP_LEVEL = 0.25
 GREEDS = (0.0, 0.5, 1.0, 2.0, 4.0)
 
 
-def pba_fractions(path: Path = PBA_DIR / "rcifar10_16_wrn.txt", epochs: int = PBA_EPOCHS) -> tuple[np.ndarray, np.ndarray]:
+def pba_fractions(path: Path = PBA_LOG, epochs: int = PBA_EPOCHS) -> tuple[np.ndarray, np.ndarray]:
     """PBA's published schedule in its own level space: ``(prob, mag)`` fractions, ``(epochs, 2, 15)`` each, in
     this package's op order; the three ops without a magnitude get NaN magnitudes."""
     policies = np.asarray(parse_pba_log(path, epochs), dtype=np.float64).reshape(epochs, NUM_COPIES, len(PBA_OPS), 2)

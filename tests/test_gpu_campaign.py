@@ -17,12 +17,11 @@ from hba_augment.search.priors import start_schedule
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 import gpu_campaign  # noqa: E402
-from control_schedules import PBA_DIR  # noqa: E402
+from control_schedules import PBA_LOG  # noqa: E402
 
 # Campaign.write_controls writes PBA's schedule from its reference log (../shared/reference), which a clone
 # without ../shared lacks: the tests that call it skip there, as the data tests do.
-_NEEDS_PBA_LOG = pytest.mark.skipif(not (PBA_DIR / "rcifar10_16_wrn.txt").exists(),
-                                    reason=f"PBA reference log not found in {PBA_DIR}")
+_NEEDS_PBA_LOG = pytest.mark.skipif(not PBA_LOG.exists(), reason=f"PBA reference log not found at {PBA_LOG}")
 
 _TINY = {
     "name": "tiny", "data": "", "dataset": "cifar10",

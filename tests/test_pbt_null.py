@@ -16,7 +16,7 @@ from hba_augment.search.priors import prior_policy
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 import pbt_null  # noqa: E402
-from control_schedules import PBA_DIR  # noqa: E402
+from control_schedules import PBA_LOG  # noqa: E402
 
 
 def test_a_null_lineage_from_zero_can_only_climb_and_changes_at_rounds():
@@ -68,7 +68,7 @@ def test_the_null_from_zero_ramps_up():
     assert sim["prob"][:, -1].mean() > 0.3 and sim["mag"][:, -1].mean() > 0.3
 
 
-@pytest.mark.skipif(not (PBA_DIR / "rcifar10_16_wrn.txt").exists(), reason=f"PBA reference log not found in {PBA_DIR}")
+@pytest.mark.skipif(not PBA_LOG.exists(), reason=f"PBA reference log not found at {PBA_LOG}")
 def test_pba_fractions_read_the_published_schedule():
     prob, mag = pbt_null.pba_fractions()
     assert prob.shape == mag.shape == (200, 2, 15)
