@@ -46,6 +46,13 @@ On the lent GPU (``../shared/reference/GPU.md``; the data travels in an ignored 
 and here, after the call: ``tar xzf <files_at>/campaign.tgz`` in the repository root, then commit. Before it,
 here, ``--dry-run`` prints what those options would start at once (processes, lanes, a training's time
 against the budget), starting nothing.
+
+A plan's search can also run on a CPU, in its own folder, so that a device call finds it done:
+``--device cpu --search NAME --no-evals --population-procs 0 --budget SECONDS`` (how
+``benchmarks/campaigns/cpu_paper_scale.sh`` runs one across sessions). A population search checkpoints every
+round, so one stopped at the budget resumes at its last round in the next call from the same checkout; commit
+its folder only once it holds ``schedule.json`` (its checkpoint and member files are ignored, so a partial folder
+would travel without them).
 """
 
 from __future__ import annotations
@@ -66,6 +73,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from policy_quality import _slug  # the record names are the benchmark's own
+
+from hba_augment._cli_common import nonneg_int  # the search's own check of --population-procs
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -263,9 +272,12 @@ class Campaign:
 
     # -- processes ----------------------------------------------------------------------------------
     def search_argv(self, name: str, options: str) -> list[str]:
+        # --population-procs last, so that it overrides the plan's: it changes where members train, not what
+        # the search computes (resume-free in population.py), so the search keeps its name and folder.
+        procs = [] if self.args.population_procs is None else ["--population-procs", str(self.args.population_procs)]
         return ["--dataset", self.plan.get("dataset", "imagefolder"), "--data-dir", str(self.data),
                 *self.plan.get("search_args", []), *shlex.split(options), "--out", str(self.search_dir(name)),
-                "--name", name]
+                "--name", name, *procs]
 
     def search_args(self, name: str, options: str) -> argparse.Namespace:
         """A search's command line as ``hba-augment search`` parses it."""
@@ -359,8 +371,18 @@ class Campaign:
     def pending(self) -> dict[str, list[str]]:
         """The policies of each ``evals`` entry this call may run, entry by entry in the order they are
         started: the plan's, or ``--evals``' (only those entries)."""
+        if self.args.no_evals:
+            return {}
         names = self.args.evals or list(self.plan["evals"])
         return {split: list(self.plan["evals"][split]["policies"]) for split in names}
+
+    def twin_candidates(self, pending: dict[str, list[str]]) -> list[str]:
+        """The policies whose twins this call writes once their search ends: those it may still run, or with
+        ``--no-evals`` every policy of the plan (a search run alone, e.g. on a CPU, leaves its controls ready
+        for the calls that train them)."""
+        if self.args.no_evals:
+            return [p for spec in self.plan["evals"].values() for p in spec["policies"]]
+        return [p for policies in pending.values() for p in policies]
 
     def launch_ready(self, pending: dict[str, list[str]]) -> None:
         """Start, per split, the ``pending`` policies whose schedules exist, in plan order, and drop them from
@@ -404,7 +426,7 @@ class Campaign:
         # A search that finishes starts its evaluations here; the loop ends when nothing runs or time is up.
         while (left := self.left()) > 0:
             if left >= TWIN_SECONDS:
-                self.write_twins([p for policies in pending.values() for p in policies])
+                self.write_twins(self.twin_candidates(pending))
             self.launch_ready(pending)
             if not self.running():
                 break
@@ -413,7 +435,8 @@ class Campaign:
         unfinished = [s for s in searches if not (self.search_dir(s) / "schedule.json").exists()]
         if unfinished:
             print(f"searches not finished: {', '.join(unfinished)} (see their log.txt)", flush=True)
-        self.report()
+        if not self.args.no_evals:  # nothing trained: the tables stand
+            self.report()
         if self.args.pack:
             self.pack(Path(self.args.pack))
         return 0
@@ -492,9 +515,18 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--no-search", action="store_true",
                        help="start no search, only the runs of schedules that exist: without it, a call too short "
                        "for a search still starts every unfinished one and they only burn its budget")
-    p.add_argument("--evals", action="append", metavar="NAME",
-                   help="run only this entry of the plan's evals (repeatable; the entries start in the order given; "
-                   "default: every entry, in the plan's order): e.g. a new search's runs before older queues")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--evals", action="append", metavar="NAME",
+                       help="run only this entry of the plan's evals (repeatable; the entries start in the order "
+                       "given; default: every entry, in the plan's order): e.g. a new search's runs before older queues")
+    which.add_argument("--no-evals", action="store_true",
+                       help="train nothing, only search (e.g. a search on a CPU, whose trainings run elsewhere: "
+                       "benchmarks/campaigns/cpu_paper_scale.sh); the twins of a search that ends are still written")
+    p.add_argument("--population-procs", type=nonneg_int, metavar="P",
+                   help="worker processes of each population search this call starts, in place of the plan's "
+                   "(hba-augment search --population-procs; where members train, not what the search computes): "
+                   "e.g. 0 on a 2-core CPU, every member in the search's process, one after another (default: the "
+                   "plan's)")
     p.add_argument("--dry-run", action="store_true",
                    help="print what the call would start at once, start nothing, write nothing")
     p.add_argument("--out", help="campaign folder (default: benchmarks/results/<plan name>)")

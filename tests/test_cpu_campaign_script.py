@@ -53,19 +53,25 @@ def _without(argv: list[str], *options: str) -> list[str]:
     return out
 
 
+def _stages(**layout: str) -> tuple[list[str], list[list[str]], list[list[str]]]:
+    """`run`'s commands: the bfloat16 check, the stages (trainings and the search, in order) and the report."""
+    check, *rest = _commands("run", **layout)
+    stages = [argv for argv in rest if argv[:1] == ["nice"]]
+    assert rest[:len(stages)] == stages  # every stage before the report
+    return check, stages, rest[len(stages):]
+
+
 def _trainings(**layout: str) -> tuple[list[str], list[list[str]], list[list[str]]]:
     """`run`'s commands: the bfloat16 check, the trainings (one per stage, in order) and the report."""
-    check, *rest = _commands("run", **layout)
-    trains = [argv for argv in rest if argv[:1] == ["nice"]]
-    assert rest[:len(trains)] == trains  # every training before the report
-    return check, trains, rest[len(trains):]
+    check, stages, report = _stages(**layout)
+    return check, [argv for argv in stages if argv[4] == "benchmarks/policy_quality.py"], report
 
 
 def test_report_rebuilds_what_run_trains():
     check, trains, after = _trainings()
     assert check[:2] == ["py", "-c"] and "cpu_bf16_slowdown" in check[2]  # first: is --amp fast on this CPU?
     report = _commands("report")
-    quality, with_gpu, cpu_only, pba_amount = report
+    quality, with_gpu, cpu_only, pba_amount, profile = report
     assert after == report  # a finished `run` writes the tables
     assert "--report-only" in quality
     trained: dict[str, str] = {}
@@ -87,10 +93,10 @@ def test_report_rebuilds_what_run_trains():
     assert set(reported) - set(trained) == {"trivialaugment", "population-paper4", "null-population-paper4"}
     # paired.py compares the reported policies, the CPU's table a block beside the GPU's, and the 2x2 and the
     # PBA-amount cell on the CPU's table alone.
-    assert with_gpu[1] == cpu_only[1] == pba_amount[1] == "benchmarks/paired.py"
+    assert with_gpu[1] == cpu_only[1] == pba_amount[1] == profile[1] == "benchmarks/paired.py"
     assert _option(with_gpu, "--block") == "benchmarks/results/cpu_paper_scale/policy_quality.json"
-    assert cpu_only[2] == pba_amount[2] == "benchmarks/results/cpu_paper_scale/policy_quality.json"
-    for argv in (with_gpu, cpu_only, pba_amount):
+    assert cpu_only[2] == pba_amount[2] == profile[2] == "benchmarks/results/cpu_paper_scale/policy_quality.json"
+    for argv in (with_gpu, cpu_only, pba_amount, profile):
         names = argv[3:next(i for i, a in enumerate(argv) if a.startswith("--"))]
         assert set(names) <= set(reported)
 
@@ -98,18 +104,64 @@ def test_report_rebuilds_what_run_trains():
 def test_the_cells_train_before_the_pba_amount_stage():
     """The 2x2's cells keep the CPU until their three seeds are done (their rule reads three a cell); then
     the search's ops under PBA's amount train beside PBA's schedule, which the report compares them with."""
-    _, (cells, pba_stage), _ = _trainings()
+    _, (cells, pba_stage, _), _ = _trainings()
     assert set(_policies(cells)) == {"null-population-paper4-amount-of-population-paper4",
                                      "population-paper4-amount-of-null-population-paper4"}
     assert set(_policies(pba_stage)) == {"pba", "population-paper4-amount-of-pba"}
     assert _option(cells, "--seeds") == _option(pba_stage, "--seeds") == "0,1,2"
-    *_, pba_amount = _commands("report")
+    *_, pba_amount, _ = _commands("report")
     assert pba_amount[3:5] == ["population-paper4-amount-of-pba", "pba"]
     assert _option(pba_amount, "--out") == "benchmarks/results/cpu_paper_scale/pba_amount.md"
 
 
+def test_the_profile_search_runs_on_the_cpu_after_the_pba_stage_then_its_runs():
+    """test-profile on the CPU: the GPU plan's search (its settings are the plan's, one home) in the time the
+    runs leave, every member in one process, trainings left to this script; then its schedule and its twin
+    under the GPU plan's labels and files, so that either machine's work counts for the other."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_campaign
+
+    _, stages, _ = _stages()
+    _, pba_stage, search, profile = stages
+    assert _policies(pba_stage).keys() == {"pba", "population-paper4-amount-of-pba"}
+    assert search[4:6] == ["benchmarks/gpu_campaign.py", "benchmarks/campaigns/paper_scale_cifar10.json"]
+    assert _option(search, "--device") == "cpu" and "--no-evals" in search
+    assert _option(search, "--population-procs") == "0" and _option(search, "--budget") == "inf"
+    name = _option(search, "--search")
+    plan = gpu_campaign.load_plan(ROOT / search[5])
+    options = shlex.split(plan["searches"][name])
+    assert _option(options, "--amount") == "profile" and _option(options, "--objective") == "population"
+    assert _option(options, "--amount-profile").endswith("/null-population-paper4.json")
+    campaign = gpu_campaign.Campaign(plan, gpu_campaign.build_parser().parse_args([search[5]]))
+    expected = {}
+    for policy in (f"hba:{name}", f"twin:{name}"):
+        label, path = campaign.schedule_of(policy)
+        expected[label] = "hba:" + str(path.relative_to(ROOT))
+    assert _policies(profile) == expected
+    assert _option(profile, "--seeds") == "0,1,2"
+    *_, report = _commands("report")
+    assert report[3:5] == [name, f"twin-{name}-0"]
+    assert _option(report, "--out") == "benchmarks/results/cpu_paper_scale/profile.md"
+
+
+@pytest.mark.parametrize(("timeout", "resumed"), [("9000", True), ("599", False)])
+def test_the_search_gets_what_timeout_leaves(timeout, resumed):
+    """The search stops at TIMEOUT (it keeps its last finished round) and does not start with less left
+    than a round needs."""
+    done = _dry("run", TIMEOUT=timeout)
+    searches = [shlex.split(line.removeprefix("would run: ")) for line in done.stdout.splitlines()
+                if "gpu_campaign.py" in line]
+    if resumed:
+        (search,) = searches
+        assert int(timeout) - 1 <= int(_option(search, "--budget")) <= int(timeout)
+    else:
+        assert searches == [] and "not resumed: 599 s of TIMEOUT left" in done.stderr
+
+
 def test_the_contrasts_are_the_2x2s_main_effects():
-    _, _, cpu_only, _ = _commands("report")
+    _, _, cpu_only, _, _ = _commands("report")
     # (ops, amount) of each cell: the pair's two schedules and the two with the other's amount.
     cells = {"population-paper4": ("search", "search"), "null-population-paper4": ("null", "null"),
              "null-population-paper4-amount-of-population-paper4": ("null", "search"),
@@ -164,7 +216,8 @@ def test_labels_and_schedules_are_the_gpu_tables():
     compared = set(with_gpu[3:with_gpu.index("--block")])
     for label, spec in _policies(quality).items():
         assert label in gpu_policies or label not in compared, label
-        if spec.startswith("hba:"):
+        # The profile search's schedule and its twin exist once the search has ended (a dry run names them).
+        if spec.startswith("hba:") and "population-paper4-profile" not in spec:
             assert (ROOT / spec.removeprefix("hba:")).is_file(), spec
 
 

@@ -153,7 +153,8 @@ def test_prepare_writes_a_population_search_s_null_control(tmp_path: Path):
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan))
     campaign = gpu_campaign.Campaign(gpu_campaign.load_plan(path),
-                                     argparse.Namespace(out=str(tmp_path / "c"), data_root=str(tmp_path), budget=1.0))
+                                     argparse.Namespace(out=str(tmp_path / "c"), data_root=str(tmp_path), budget=1.0,
+                                                        population_procs=None))
     campaign.write_controls()
     label, file = campaign.schedule_of("null:p")
     assert label == "null-p" and campaign.ready("null:p")
@@ -183,7 +184,8 @@ def test_a_population_search_s_twins_are_written_when_it_ends(tmp_path: Path, mo
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan))
     campaign = gpu_campaign.Campaign(gpu_campaign.load_plan(path),
-                                     argparse.Namespace(out=str(tmp_path / "c"), data_root=str(tmp_path), budget=1.0))
+                                     argparse.Namespace(out=str(tmp_path / "c"), data_root=str(tmp_path), budget=1.0,
+                                                        population_procs=None))
     policies = plan["evals"]["test"]["policies"]
     campaign.write_twins(policies)
     assert not any(campaign.ready(p) for p in policies)  # the search has not ended
@@ -240,6 +242,62 @@ def test_a_population_search_holds_a_slot_per_worker(tmp_path: Path, monkeypatch
     launched = []
     monkeypatch.setattr(campaign, "launch", lambda label, cmd, log, slots=1: launched.append((label, slots)))
     assert campaign.start_searches() == ["p"] and launched == [("search p", 4)]
+
+
+def test_population_procs_overrides_the_plan_s_workers(tmp_path: Path, monkeypatch):
+    """``--population-procs`` (e.g. 0 on a 2-core CPU) replaces the plan's worker count in the search's command
+    line, after the plan's options so that the search parses it, and in the slots it holds; nothing else of
+    the command changes (the search keeps its name and folder: procs are resume-free)."""
+    plan = {**_TINY, "searches": {"p": "--init trivialaugment --objective population --population 4 "
+                                       "--population-procs 2"},
+            "evals": {"test": {"seeds": [0], "policies": ["hba:p"]}}}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    common = [str(path), "--out", str(tmp_path / "c"), "--device", "cpu"]
+    plain = gpu_campaign.Campaign(gpu_campaign.load_plan(path), gpu_campaign.build_parser().parse_args(common))
+    args = gpu_campaign.build_parser().parse_args([*common, "--population-procs", "0"])
+    campaign = gpu_campaign.Campaign(gpu_campaign.load_plan(path), args)
+    options = plan["searches"]["p"]
+    assert campaign.search_argv("p", options) == [*plain.search_argv("p", options), "--population-procs", "0"]
+    assert plain.search_args("p", options).population_procs == 2
+    assert campaign.search_args("p", options).population_procs == 0
+    assert (plain.search_slots("p", options), campaign.search_slots("p", options)) == (2, 1)
+    launched = []
+    monkeypatch.setattr(campaign, "launch", lambda label, cmd, log, slots=1: launched.append((cmd, slots)))
+    assert campaign.start_searches() == ["p"]
+    (cmd, slots), = launched
+    assert slots == 1 and cmd[cmd.index("--population-procs", cmd.index("--out")) + 1] == "0"
+    with pytest.raises(SystemExit):
+        gpu_campaign.build_parser().parse_args([*common, "--population-procs", "-1"])
+
+
+def test_no_evals_only_searches_and_leaves_the_twins_ready(tmp_path: Path, monkeypatch):
+    """``--no-evals`` (a search run alone, e.g. on a CPU): no training starts, the tables are not rebuilt,
+    and the twins of every ``evals`` entry are written once their search has ended, for the calls that train
+    them."""
+    import shutil
+
+    plan = {**_TINY, "searches": {"p": "--init zero --member-start same --objective population --population 4"},
+            "evals": {"test": {"seeds": [0], "policies": ["hba:p", "none"]},
+                      "more": {"eval_split": "test", "seeds": [1], "policies": ["twin:p"]}}}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    args = gpu_campaign.build_parser().parse_args([str(path), "--out", str(tmp_path / "c"), "--no-evals",
+                                                   "--search", "p"])
+    campaign = gpu_campaign.Campaign(gpu_campaign.load_plan(path), args)
+    assert campaign.pending() == {}
+    assert campaign.twin_candidates({}) == ["hba:p", "none", "twin:p"]
+    shutil.copytree(REPO / "benchmarks/results/proxy_population/searches/population-zero-same", campaign.search_dir("p"))
+    times = iter([gpu_campaign.TWIN_SECONDS, 0.0])  # one pass of the loop, then the budget is spent
+    monkeypatch.setattr(campaign, "left", lambda: next(times, 0.0))
+    monkeypatch.setattr(campaign, "write_controls", lambda: None)
+    calls = []
+    monkeypatch.setattr(campaign, "report", lambda: calls.append("report"))
+    monkeypatch.setattr(campaign, "launch", lambda label, cmd, log, slots=1: calls.append(label))
+    assert campaign.run() == 0
+    assert calls == [] and campaign.ready("twin:p")  # the search had ended: nothing started, nothing reported
+    with pytest.raises(SystemExit):
+        gpu_campaign.build_parser().parse_args([str(path), "--no-evals", "--evals", "test"])
 
 
 @_NEEDS_PBA_LOG
