@@ -47,7 +47,7 @@ and here, after the call: ``tar xzf <files_at>/campaign.tgz`` in the repository 
 here, ``--dry-run`` prints what those options would start at once (processes, lanes, a training's time
 against the budget), starting nothing.
 
-A plan's search can also run on a CPU, in its own folder, so that a device call finds it done:
+A plan's search can also run on a CPU, into the plan's folder, so that a device call finds it done:
 ``--device cpu --search NAME --no-evals --population-procs 0 --budget SECONDS`` (how
 ``benchmarks/campaigns/cpu_paper_scale.sh`` runs one across sessions). A population search checkpoints every
 round, so one stopped at the budget resumes at its last round in the next call from the same checkout; commit
@@ -431,6 +431,8 @@ class Campaign:
             if not self.running():
                 break
             time.sleep(2)
+        if self.left() >= TWIN_SECONDS:  # a search that ended after the last pass's twins (with --no-evals: any)
+            self.write_twins(self.twin_candidates(pending))
         self.stop_all()
         unfinished = [s for s in searches if not (self.search_dir(s) / "schedule.json").exists()]
         if unfinished:
