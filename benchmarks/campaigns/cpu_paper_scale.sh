@@ -63,7 +63,7 @@ profile=population-paper4-profile
 profile_schedule=$schedules/searches/$profile/schedule.json
 profile_twin=twin-$profile-0
 profile_stage="$profile=hba:$profile_schedule,$profile_twin=hba:$schedules/schedules/$profile_twin.json"
-# A round (3 epochs of 4 members, each scored on 10,000 images) took 350 s on the Xeon; with less left than
+# A round (3 epochs of 4 members, each scored on 10,000 images) took 195-350 s on the Xeons; with less left than
 # this the search does not start (it keeps its last finished round either way).
 search_min_seconds=600
 # Every run of the campaign: WRN-40-2, 200 epochs, 4,000 images, bfloat16 autocast (`--amp`; RESULTS.md,
